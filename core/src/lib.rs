@@ -1,0 +1,57 @@
+//! Tessera's asynchronous runtime: programs read as sequential, the runtime overlaps what
+//! cannot be observed, and host reads wait for exactly what they depend on.
+//!
+//! ```
+//! use tessera_core::{Async, schedule};
+//!
+//! let a = Async::new(1.0_f64);
+//! let b = Async::new(0.0_f64);
+//! let c = Async::new(0.0_f64);
+//! // Two tasks that read `a` run concurrently; each waits only for what it reads.
+//! schedule((a.read(), b.overwrite()), |(a, b)| { *b = *a + 1.0; Ok(()) })?;
+//! schedule((a.read(), c.overwrite()), |(a, c)| { *c = *a + 2.0; Ok(()) })?;
+//! // This write of `a` waits for both reads: program order is kept.
+//! schedule(a.write(), |a| { *a = 100.0; Ok(()) })?;
+//! assert_eq!((b.get()?, c.get()?, a.get()?), (2.0, 3.0, 100.0));
+//! # Ok::<(), tessera_core::Error>(())
+//! ```
+//!
+//! # The pieces
+//!
+//! - [`HazardRecord`] (module `hazard`): orders the accesses to one value or block, with
+//!   epochs. [`HazardSet`]: the records of one alias (several for a coalesced view).
+//! - [`Access`]: what a task declares; [`ReadBuffer`] and [`WriteBuffer`] own the owner token
+//!   and the records, and resolve to plain views inside the task.
+//! - [`Async`]: an independent value. [`Alias`] / [`ReadAlias`]: handles that share a parent's
+//!   storage and exact records, over any [`Region`] (a value, a block, a coalesced view).
+//! - [`Runtime`] and [`schedule`]: enrollment at the call, execution on a worker pool.
+//! - [`Error`]: typed errors; failures travel with the epochs they poisoned.
+//!
+//! Tasks are dependency-counted continuations rather than futures; the `runtime` module says
+//! why. The models of the hazard record and of composite enrollment are loom tests
+//! (`RUSTFLAGS="--cfg loom" cargo test -p tessera-core --release --lib loom`).
+
+#![deny(missing_docs)]
+
+mod access;
+mod alias;
+mod domain;
+mod enroll;
+mod error;
+mod hazard;
+mod primitive;
+mod runtime;
+mod storage;
+mod task;
+mod value;
+
+#[cfg(all(test, loom))]
+mod loom_models;
+
+pub use access::{Access, AccessList};
+pub use alias::{Alias, ReadAlias, ReadBuffer, Region, WriteBuffer};
+pub use domain::Domain;
+pub use error::{Error, FailureCause, KernelError, RecordId, Result, TaskFailure, TaskId};
+pub use hazard::{HazardRecord, HazardSet, Mode};
+pub use runtime::{Runtime, schedule};
+pub use value::{Async, ValueRegion};

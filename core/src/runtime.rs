@@ -1,0 +1,379 @@
+//! The scheduler: a worker pool that runs tasks when the epochs they wait for are reached.
+//!
+//! Owns: [`Runtime`], the `Job` a ready node carries, task execution, host waits and the
+//! public [`schedule`] entry points. Invariants:
+//!
+//! - A task is enrolled on the caller's thread, at the call, in program order; it runs on a
+//!   worker once its pending count reaches zero.
+//! - A worker never blocks on another task: kernels run to completion, a ready successor is
+//!   either continued inline (one, on the same runtime) or spawned, and host waits are
+//!   refused inside a task with [`Error::WaitInsideTask`].
+//! - A failed kernel (error or panic) poisons every record it was to write; a task that reads
+//!   a poisoned record skips its kernel and poisons its outputs with the same origin; an
+//!   overwrite that succeeds clears the poison of what it wrote.
+//! - A job's buffers (and so the owner tokens of the storage it touches) are dropped after its
+//!   outputs are published and before its successors are released.
+//!
+//! # Why dependency-counted continuations
+//!
+//! The alternative, futures polled by an executor, costs a waker, a poll and a wake-up per
+//! dependency and per task. A continuation costs one atomic decrement per edge and one
+//! spawn per ready task (none when it is continued inline), which is what the
+//! empty-task figure in `benches/empty_task_overhead.rs` measures, and the code reads as the
+//! rule it implements: a node runs when its predecessors are done.
+
+use crate::access::{Access, AccessList};
+use crate::enroll::enroll;
+use crate::error::{Error, FailureCause, KernelError, Result, TaskFailure, TaskId};
+use crate::hazard::{HazardSet, Mode};
+use crate::primitive::{Arc, Latch};
+use crate::task::{TaskNode, Work};
+use smallvec::SmallVec;
+use std::cell::{Cell, RefCell};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+type Kernel = Box<dyn FnOnce() -> std::result::Result<(), FailureCause> + Send>;
+
+/// A ready-to-run kernel with its runtime and its declared accesses.
+pub(crate) struct Job {
+    runtime: std::sync::Arc<Inner>,
+    name: &'static str,
+    accesses: AccessList,
+    kernel: Kernel,
+}
+
+struct Inner {
+    pool: rayon::ThreadPool,
+    threads: usize,
+}
+
+/// A worker pool that runs scheduled tasks.
+///
+/// Cloning a `Runtime` shares the pool. [`Runtime::global`] is the default, created on first
+/// use with one worker per core; [`Runtime::enter`] makes another one the default for a
+/// scope, explicitly.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: std::sync::Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("threads", &self.inner.threads)
+            .finish()
+    }
+}
+
+thread_local! {
+    /// The task whose kernel this thread is running, if any.
+    static CURRENT_TASK: Cell<Option<TaskId>> = const { Cell::new(None) };
+    /// The runtime made current by [`Runtime::enter`], or by running one of its tasks.
+    static CURRENT_RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+}
+
+static NEXT_TASK: AtomicU64 = AtomicU64::new(0);
+static GLOBAL: OnceLock<Runtime> = OnceLock::new();
+
+fn next_task_id() -> TaskId {
+    TaskId(NEXT_TASK.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Restores the previous current runtime when dropped.
+struct EnterGuard {
+    previous: Option<Runtime>,
+}
+
+impl EnterGuard {
+    fn new(runtime: Runtime) -> Self {
+        let previous = CURRENT_RUNTIME.with(|c| c.replace(Some(runtime)));
+        Self { previous }
+    }
+}
+
+impl Drop for EnterGuard {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CURRENT_RUNTIME.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
+impl Runtime {
+    /// A runtime with `threads` workers (at least one).
+    pub fn new(threads: usize) -> Result<Self> {
+        let threads = threads.max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("tessera-worker-{i}"))
+            .build()
+            .map_err(|e| Error::Runtime {
+                threads,
+                message: e.to_string(),
+            })?;
+        Ok(Self {
+            inner: std::sync::Arc::new(Inner { pool, threads }),
+        })
+    }
+
+    /// The process-wide default runtime, with one worker per available core.
+    pub fn global() -> &'static Runtime {
+        GLOBAL.get_or_init(|| {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            Runtime::new(threads).expect("the default runtime's thread pool could not start")
+        })
+    }
+
+    /// The runtime that free functions use here: the one entered with [`Runtime::enter`] or
+    /// running the current task, else [`Runtime::global`].
+    pub fn current() -> Runtime {
+        CURRENT_RUNTIME
+            .with(|c| c.borrow().clone())
+            .unwrap_or_else(|| Runtime::global().clone())
+    }
+
+    /// Runs `f` with `self` as the current runtime of this thread.
+    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _guard = EnterGuard::new(self.clone());
+        f()
+    }
+
+    /// How many workers the pool has.
+    pub fn threads(&self) -> usize {
+        self.inner.threads
+    }
+
+    /// Runs `f` inside the worker pool, so that rayon (and faer's rayon parallelism) called
+    /// from `f` uses these workers.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.inner.pool.install(f)
+    }
+
+    /// Schedules `kernel` over the views of `access`, named `"task"`. See [`schedule`].
+    pub fn schedule<A, F>(&self, access: A, kernel: F) -> Result<TaskId>
+    where
+        A: Access,
+        F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
+    {
+        self.schedule_named("task", access, kernel)
+    }
+
+    /// Schedules `kernel` over the views of `access` under `name` (which errors and traces
+    /// carry). Returns once the task is enrolled; it runs when the epochs it waits for are
+    /// reached.
+    pub fn schedule_named<A, F>(&self, name: &'static str, access: A, kernel: F) -> Result<TaskId>
+    where
+        A: Access,
+        F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
+    {
+        let mut accesses = AccessList::new();
+        access.declare(&mut accesses);
+        accesses.normalize()?;
+        let id = next_task_id();
+        let node = TaskNode::new(id);
+        enroll(&node, &mut accesses);
+        let mut access = access;
+        let kernel: Kernel = Box::new(move || {
+            // SAFETY: this closure runs only from `run_job`, after the node became ready,
+            // that is after every epoch declared by `access` was reached; the views live
+            // only for the kernel call.
+            let views = unsafe { access.resolve() }.map_err(FailureCause::Resolve)?;
+            kernel(views).map_err(FailureCause::Error)
+        });
+        node.attach(Work::Job(Job {
+            runtime: std::sync::Arc::clone(&self.inner),
+            name,
+            accesses,
+            kernel,
+        }));
+        if let Some(ready) = node.finish_enrollment() {
+            dispatch(ready);
+        }
+        Ok(id)
+    }
+}
+
+/// Schedules `kernel` over the views of `access` on the [current](Runtime::current) runtime.
+///
+/// The accesses are enrolled here, on the caller's thread, in one step: the task waits for
+/// the last write of every record it reads and for every earlier access of every record it
+/// writes. The kernel sees plain views (`&T`, `&mut T`, strided block views) and returns
+/// `Ok(())` or an error; an error or a panic poisons what the task was to write.
+///
+/// # Errors
+///
+/// [`Error::Alias`] if an output shares a hazard record with another access of the task;
+/// nothing is enrolled then.
+///
+/// ```
+/// use tessera_core::{Async, schedule};
+///
+/// let a = Async::new(20.0_f64);
+/// let b = Async::new(0.0_f64);
+/// schedule((a.read(), b.write()), |(a, b)| {
+///     *b = *a * 2.0 + 2.0;
+///     Ok(())
+/// })?;
+/// assert_eq!(b.get()?, 42.0);
+/// # Ok::<(), tessera_core::Error>(())
+/// ```
+pub fn schedule<A, F>(access: A, kernel: F) -> Result<TaskId>
+where
+    A: Access,
+    F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
+{
+    Runtime::current().schedule(access, kernel)
+}
+
+/// Hands a ready node to whoever runs it: a worker for a job, the host for a wait.
+fn dispatch(node: Arc<TaskNode>) {
+    match node.take_work() {
+        Some(Work::Job(job)) => {
+            let runtime = std::sync::Arc::clone(&job.runtime);
+            runtime.pool.spawn(move || execute(node, job));
+        }
+        Some(Work::Wake(latch)) => latch.set(),
+        None => debug_assert!(false, "{} dispatched twice", node.id()),
+    }
+}
+
+type Ready = SmallVec<[Arc<TaskNode>; 4]>;
+
+/// Runs a job, then continues inline with one successor it made ready on the same runtime
+/// (a chain runs without a spawn per link) and dispatches the others.
+fn execute(mut node: Arc<TaskNode>, mut job: Job) {
+    let _current = EnterGuard::new(Runtime {
+        inner: std::sync::Arc::clone(&job.runtime),
+    });
+    let mut ready = Ready::new();
+    loop {
+        let runtime = std::sync::Arc::clone(&job.runtime);
+        run_job(&node, job);
+        node.complete(&mut ready);
+        let mut next = None;
+        for succ in ready.drain(..) {
+            match succ.take_work() {
+                Some(Work::Job(j)) if next.is_none() && std::sync::Arc::ptr_eq(&j.runtime, &runtime) => {
+                    next = Some((succ, j));
+                }
+                Some(Work::Job(j)) => {
+                    let rt = std::sync::Arc::clone(&j.runtime);
+                    rt.pool.spawn(move || execute(succ, j));
+                }
+                Some(Work::Wake(latch)) => latch.set(),
+                None => debug_assert!(false, "{} dispatched twice", succ.id()),
+            }
+        }
+        match next {
+            Some((n, j)) => (node, job) = (n, j),
+            None => break,
+        }
+    }
+}
+
+/// Runs one job's kernel (unless an input is poisoned) and publishes its outcome on the
+/// records it writes. The job, and with it every buffer and owner token, is dropped here.
+fn run_job(node: &TaskNode, job: Job) {
+    let Job {
+        name,
+        accesses,
+        kernel,
+        ..
+    } = job;
+    let inherited = accesses
+        .items
+        .iter()
+        .filter(|a| a.mode.reads())
+        .find_map(|a| a.record.poison());
+    let outcome = match inherited {
+        Some(origin) => {
+            drop(kernel);
+            Err(origin)
+        }
+        None => {
+            let previous = CURRENT_TASK.with(|c| c.replace(Some(node.id())));
+            let result = catch_unwind(AssertUnwindSafe(kernel));
+            CURRENT_TASK.with(|c| c.set(previous));
+            let cause = match result {
+                Ok(Ok(())) => None,
+                Ok(Err(cause)) => Some(cause),
+                Err(panic) => Some(FailureCause::Panic(panic_message(&*panic))),
+            };
+            match cause {
+                None => Ok(()),
+                Some(cause) => Err(std::sync::Arc::new(TaskFailure {
+                    task: node.id(),
+                    name,
+                    cause,
+                })),
+            }
+        }
+    };
+    for a in accesses.items.iter().filter(|a| a.mode.writes()) {
+        a.record.set_poison(outcome.as_ref().err().cloned());
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}
+
+/// Enrolls a host access on `hazards`, blocks until it is granted, runs `f` on this thread,
+/// then releases the access.
+///
+/// With [`Mode::Read`] this waits for exactly the last write enrolled on each record; with a
+/// writing mode, for every access enrolled before. A poisoned value returns
+/// [`Error::Poisoned`] without running `f`. `f` must not wait on work enrolled after this
+/// access on the same records (that work waits for `f`).
+pub(crate) fn host_access<R>(hazards: &HazardSet, mode: Mode, f: impl FnOnce() -> R) -> Result<R> {
+    if let Some(task) = CURRENT_TASK.with(Cell::get) {
+        return Err(Error::WaitInsideTask { task });
+    }
+    let mut accesses = AccessList::new();
+    for record in hazards.records() {
+        accesses.push(record, mode);
+    }
+    accesses.normalize()?;
+    let latch = std::sync::Arc::new(Latch::new());
+    let node = TaskNode::new(next_task_id());
+    enroll(&node, &mut accesses);
+    node.attach(Work::Wake(std::sync::Arc::clone(&latch)));
+    if let Some(ready) = Arc::clone(&node).finish_enrollment() {
+        dispatch(ready);
+    }
+    latch.wait();
+    let poison = accesses
+        .items
+        .iter()
+        .filter(|a| a.mode.reads())
+        .find_map(|a| a.record.poison());
+    let result = match poison {
+        Some(origin) => Err(Error::Poisoned { origin }),
+        None => match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(value) => Ok(value),
+            Err(panic) => {
+                // Release first: a panicking host closure must not leave later work waiting.
+                release(&node);
+                std::panic::resume_unwind(panic)
+            }
+        },
+    };
+    release(&node);
+    result
+}
+
+/// Completes a host node and dispatches what it made ready.
+fn release(node: &TaskNode) {
+    let mut ready = Ready::new();
+    node.complete(&mut ready);
+    for succ in ready {
+        dispatch(succ);
+    }
+}

@@ -1,0 +1,120 @@
+//! Task nodes: the dependency-counted continuations the scheduler runs.
+//!
+//! Owns: [`TaskNode`], its pending count, its successor list and its work. Invariants:
+//!
+//! - `pending` counts the predecessors that have not completed, plus one *submission guard*
+//!   held while the node is being enrolled. A node becomes ready exactly once, when the
+//!   count reaches zero, and whoever makes it reach zero dispatches it.
+//! - An edge `pred -> succ` is added only under `pred`'s state lock and only while `pred` is
+//!   not done; `succ.pending` is raised before the edge is visible. So a completing `pred`
+//!   either sees the edge (and lowers `succ.pending`) or the edge is never added.
+//! - Completion sets `done` and takes the successor list in one critical section; it never
+//!   holds a node lock while taking a hazard-record lock (enrollment takes record locks, then
+//!   node locks), so the two lock classes cannot deadlock.
+//!
+//! # Memory ordering
+//!
+//! `pending` is lowered with `AcqRel`: the thread that brings it to zero acquires every
+//! predecessor's release, so all writes made by the predecessors' kernels (and their poison
+//! updates) happen-before the successor's kernel. Raising it is `Relaxed`: it happens under
+//! the predecessor's lock while the submission guard keeps the count above zero.
+
+use crate::error::TaskId;
+use crate::primitive::{Arc, AtomicUsize, Latch, Mutex, Ordering};
+use smallvec::SmallVec;
+
+/// What a node does once it is ready.
+pub(crate) enum Work {
+    /// Run a kernel on a worker; the scheduler owns what is inside.
+    Job(crate::runtime::Job),
+    /// Wake a host thread that waits for this node (a host read or write).
+    Wake(std::sync::Arc<Latch>),
+}
+
+struct NodeState {
+    done: bool,
+    successors: SmallVec<[Arc<TaskNode>; 2]>,
+    work: Option<Work>,
+}
+
+/// One enrolled operation.
+pub(crate) struct TaskNode {
+    id: TaskId,
+    pending: AtomicUsize,
+    state: Mutex<NodeState>,
+}
+
+impl TaskNode {
+    /// A node holding its submission guard (`pending == 1`), with no work attached yet.
+    pub(crate) fn new(id: TaskId) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            pending: AtomicUsize::new(1),
+            state: Mutex::new(NodeState {
+                done: false,
+                successors: SmallVec::new(),
+                work: None,
+            }),
+        })
+    }
+
+    /// Attaches the node's work. Called once, before the submission guard is dropped, so
+    /// nobody can have taken the work yet.
+    pub(crate) fn attach(&self, work: Work) {
+        let mut state = self.state.lock();
+        debug_assert!(state.work.is_none(), "{} got work twice", self.id);
+        state.work = Some(work);
+    }
+
+    pub(crate) fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// Makes `self` wait for `pred`. Called during enrollment, while `self` still holds its
+    /// submission guard.
+    pub(crate) fn depend_on(self: &Arc<Self>, pred: &Arc<TaskNode>) {
+        let mut state = pred.state.lock();
+        if state.done {
+            return;
+        }
+        // Relaxed: the submission guard keeps `pending` above zero, and the edge becomes
+        // visible to the completing thread only through `pred`'s lock.
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        state.successors.push(Arc::clone(self));
+    }
+
+    /// Whether the node has completed (its successors were released).
+    pub(crate) fn is_done(&self) -> bool {
+        self.state.lock().done
+    }
+
+    /// Drops one pending count; returns `true` when this made the node ready.
+    fn release_one(&self) -> bool {
+        self.pending.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// Drops the submission guard; returns the node if it is ready now.
+    pub(crate) fn finish_enrollment(self: Arc<Self>) -> Option<Arc<Self>> {
+        self.release_one().then_some(self)
+    }
+
+    /// Takes the node's work. Called once, by whoever made the node ready.
+    pub(crate) fn take_work(&self) -> Option<Work> {
+        self.state.lock().work.take()
+    }
+
+    /// Marks the node done and pushes the successors it made ready onto `ready`.
+    pub(crate) fn complete(&self, ready: &mut impl Extend<Arc<TaskNode>>) {
+        let successors = {
+            let mut state = self.state.lock();
+            debug_assert!(!state.done, "{} completed twice", self.id);
+            state.done = true;
+            std::mem::take(&mut state.successors)
+        };
+        for succ in successors {
+            if succ.release_one() {
+                ready.extend(Some(succ));
+            }
+        }
+    }
+}
