@@ -101,7 +101,9 @@ pub enum Error {
         task: TaskId,
     },
     /// A value was read before any write constructed it.
-    #[error("expected a constructed value, but {record} holds none (its producing write has not succeeded)")]
+    #[error(
+        "expected a constructed value, but {record} holds none (its producing write has not succeeded)"
+    )]
     Unconstructed {
         /// The record of the value.
         record: RecordId,

@@ -30,10 +30,10 @@
 //! points from a later enrollment to an earlier one. The graph is acyclic: no deadlock.
 
 use crate::error::{RecordId, TaskFailure};
-use crate::primitive::{Arc, Mutex, MutexGuard};
+use crate::primitive::{Arc, AtomicBool, Mutex, MutexGuard, Ordering};
 use crate::task::TaskNode;
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 /// How a task accesses a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,12 +81,18 @@ struct RecordState {
 /// The hazard record of one independent value or one block.
 pub struct HazardRecord {
     id: RecordId,
+    /// Mirrors `state.poison.is_some()`, so the common clean case costs no lock. Written only
+    /// under the state lock; read with `Acquire`, which pairs with the `Release` store made
+    /// under the lock (and the task graph's own edges already order writer and reader).
+    poisoned: AtomicBool,
     state: Mutex<RecordState>,
 }
 
 impl std::fmt::Debug for HazardRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HazardRecord").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("HazardRecord")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -101,7 +107,8 @@ impl HazardRecord {
     /// A fresh record, at epoch 0, with no accesses.
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
-            id: RecordId(NEXT_RECORD.fetch_add(1, Ordering::Relaxed)),
+            id: RecordId(NEXT_RECORD.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
+            poisoned: AtomicBool::new(false),
             state: Mutex::new(RecordState {
                 epoch: 0,
                 last_write: None,
@@ -123,12 +130,20 @@ impl HazardRecord {
 
     /// The failure that poisoned the completed value, if any.
     pub(crate) fn poison(&self) -> Option<std::sync::Arc<TaskFailure>> {
+        if !self.poisoned.load(Ordering::Acquire) {
+            return None;
+        }
         self.state.lock().poison.clone()
     }
 
     /// Publishes the outcome of a completed write.
     pub(crate) fn set_poison(&self, poison: Option<std::sync::Arc<TaskFailure>>) {
-        self.state.lock().poison = poison;
+        if poison.is_none() && !self.poisoned.load(Ordering::Acquire) {
+            return; // clean stays clean: no lock
+        }
+        let mut state = self.state.lock();
+        self.poisoned.store(poison.is_some(), Ordering::Release);
+        state.poison = poison;
     }
 
     pub(crate) fn lock(&self) -> Locked<'_> {
@@ -145,7 +160,7 @@ impl Locked<'_> {
         match mode {
             Mode::Read => {
                 if let Some(writer) = &state.last_write {
-                    node.depend_on(writer);
+                    TaskNode::depend_on(node, writer);
                 }
                 if state.readers.len() >= READER_PRUNE_AT {
                     state.readers.retain(|r| !r.is_done());
@@ -156,12 +171,12 @@ impl Locked<'_> {
             Mode::Update | Mode::Overwrite => {
                 if state.readers.is_empty() {
                     if let Some(writer) = &state.last_write {
-                        node.depend_on(writer);
+                        TaskNode::depend_on(node, writer);
                     }
                 } else {
                     // The readers waited for `last_write`, so waiting for them is enough.
                     for reader in state.readers.drain(..) {
-                        node.depend_on(&reader);
+                        TaskNode::depend_on(node, &reader);
                     }
                 }
                 state.last_write = Some(Arc::clone(node));

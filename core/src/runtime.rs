@@ -28,11 +28,12 @@ use crate::error::{Error, FailureCause, KernelError, Result, TaskFailure, TaskId
 use crate::hazard::{HazardSet, Mode};
 use crate::primitive::{Arc, Latch};
 use crate::task::{TaskNode, Work};
+use crossbeam_queue::SegQueue;
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 type Kernel = Box<dyn FnOnce() -> std::result::Result<(), FailureCause> + Send>;
 
@@ -47,6 +48,70 @@ pub(crate) struct Job {
 struct Inner {
     pool: rayon::ThreadPool,
     threads: usize,
+    /// Ready jobs, drained by at most `threads` drainer jobs on the pool.
+    ready: SegQueue<(Arc<TaskNode>, Job)>,
+    /// How many drainers are running (or spawned and about to run).
+    drainers: AtomicUsize,
+}
+
+impl Inner {
+    /// Queues a ready job and makes sure a drainer will run it.
+    ///
+    /// Why a queue and drainers rather than one pool spawn per task: a spawn from the host
+    /// allocates and, when the workers are parked, wakes one with a system call; a running
+    /// drainer picks the next job up with one lock-free pop. The queue never delays a job:
+    /// either a drainer is running (and pops it), or this call spawns one.
+    fn inject(self: &std::sync::Arc<Self>, node: Arc<TaskNode>, job: Job) {
+        self.ready.push((node, job));
+        // SeqCst pairs with the fence in `drain`: either this load sees the drainer's
+        // decrement (and spawns), or that drainer's emptiness check sees this push.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.spawn_drainer();
+    }
+
+    /// Spawns a drainer if fewer than `threads` are running.
+    fn spawn_drainer(self: &std::sync::Arc<Self>) {
+        let mut running = self.drainers.load(Ordering::SeqCst);
+        while running < self.threads {
+            match self.drainers.compare_exchange_weak(
+                running,
+                running + 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    let inner = std::sync::Arc::clone(self);
+                    self.pool.spawn(move || inner.drain());
+                    return;
+                }
+                Err(now) => running = now,
+            }
+        }
+    }
+
+    /// Runs ready jobs until the queue is empty, then retires.
+    fn drain(self: std::sync::Arc<Self>) {
+        loop {
+            while let Some((node, job)) = self.ready.pop() {
+                execute(node, job);
+            }
+            self.drainers.fetch_sub(1, Ordering::SeqCst);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            // A push may have seen all drainers running just before this one retired.
+            if self.ready.is_empty() {
+                return;
+            }
+            let running = self.drainers.load(Ordering::SeqCst);
+            if running >= self.threads
+                || self
+                    .drainers
+                    .compare_exchange(running, running + 1, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+            {
+                return; // another drainer runs, or a pusher is spawning one
+            }
+        }
+    }
 }
 
 /// A worker pool that runs scheduled tasks.
@@ -113,7 +178,12 @@ impl Runtime {
                 message: e.to_string(),
             })?;
         Ok(Self {
-            inner: std::sync::Arc::new(Inner { pool, threads }),
+            inner: std::sync::Arc::new(Inner {
+                pool,
+                threads,
+                ready: SegQueue::new(),
+                drainers: AtomicUsize::new(0),
+            }),
         })
     }
 
@@ -187,7 +257,7 @@ impl Runtime {
             accesses,
             kernel,
         }));
-        if let Some(ready) = node.finish_enrollment() {
+        if let Some(ready) = TaskNode::finish_enrollment(node) {
             dispatch(ready);
         }
         Ok(id)
@@ -231,7 +301,7 @@ fn dispatch(node: Arc<TaskNode>) {
     match node.take_work() {
         Some(Work::Job(job)) => {
             let runtime = std::sync::Arc::clone(&job.runtime);
-            runtime.pool.spawn(move || execute(node, job));
+            runtime.inject(node, job);
         }
         Some(Work::Wake(latch)) => latch.set(),
         None => debug_assert!(false, "{} dispatched twice", node.id()),
@@ -254,12 +324,14 @@ fn execute(mut node: Arc<TaskNode>, mut job: Job) {
         let mut next = None;
         for succ in ready.drain(..) {
             match succ.take_work() {
-                Some(Work::Job(j)) if next.is_none() && std::sync::Arc::ptr_eq(&j.runtime, &runtime) => {
+                Some(Work::Job(j))
+                    if next.is_none() && std::sync::Arc::ptr_eq(&j.runtime, &runtime) =>
+                {
                     next = Some((succ, j));
                 }
                 Some(Work::Job(j)) => {
                     let rt = std::sync::Arc::clone(&j.runtime);
-                    rt.pool.spawn(move || execute(succ, j));
+                    rt.inject(succ, j);
                 }
                 Some(Work::Wake(latch)) => latch.set(),
                 None => debug_assert!(false, "{} dispatched twice", succ.id()),
@@ -345,7 +417,7 @@ pub(crate) fn host_access<R>(hazards: &HazardSet, mode: Mode, f: impl FnOnce() -
     let node = TaskNode::new(next_task_id());
     enroll(&node, &mut accesses);
     node.attach(Work::Wake(std::sync::Arc::clone(&latch)));
-    if let Some(ready) = Arc::clone(&node).finish_enrollment() {
+    if let Some(ready) = TaskNode::finish_enrollment(Arc::clone(&node)) {
         dispatch(ready);
     }
     latch.wait();

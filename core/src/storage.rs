@@ -33,17 +33,22 @@ impl<T> Slot<T> {
         // SAFETY: per the caller's grant no writer holds a `&mut` to the cell now.
         unsafe { &*self.value.get() }
             .as_ref()
-            .ok_or(Error::Unconstructed { record: self.record })
+            .ok_or(Error::Unconstructed {
+                record: self.record,
+            })
     }
 
     /// # Safety
     ///
     /// The caller holds a granted write of the slot's record while the reference lives.
+    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn get_mut(&self) -> Result<&mut T> {
         // SAFETY: per the caller's grant this is the only access to the cell now.
         unsafe { self.cell_mut() }
             .as_mut()
-            .ok_or(Error::Unconstructed { record: self.record })
+            .ok_or(Error::Unconstructed {
+                record: self.record,
+            })
     }
 
     /// # Safety

@@ -70,17 +70,17 @@ impl TaskNode {
         self.id
     }
 
-    /// Makes `self` wait for `pred`. Called during enrollment, while `self` still holds its
+    /// Makes `node` wait for `pred`. Called during enrollment, while `node` still holds its
     /// submission guard.
-    pub(crate) fn depend_on(self: &Arc<Self>, pred: &Arc<TaskNode>) {
+    pub(crate) fn depend_on(node: &Arc<Self>, pred: &Arc<TaskNode>) {
         let mut state = pred.state.lock();
         if state.done {
             return;
         }
         // Relaxed: the submission guard keeps `pending` above zero, and the edge becomes
         // visible to the completing thread only through `pred`'s lock.
-        self.pending.fetch_add(1, Ordering::Relaxed);
-        state.successors.push(Arc::clone(self));
+        node.pending.fetch_add(1, Ordering::Relaxed);
+        state.successors.push(Arc::clone(node));
     }
 
     /// Whether the node has completed (its successors were released).
@@ -94,8 +94,8 @@ impl TaskNode {
     }
 
     /// Drops the submission guard; returns the node if it is ready now.
-    pub(crate) fn finish_enrollment(self: Arc<Self>) -> Option<Arc<Self>> {
-        self.release_one().then_some(self)
+    pub(crate) fn finish_enrollment(node: Arc<Self>) -> Option<Arc<Self>> {
+        node.release_one().then_some(node)
     }
 
     /// Takes the node's work. Called once, by whoever made the node ready.

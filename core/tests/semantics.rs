@@ -1,0 +1,249 @@
+//! The ordering rules of the runtime, observed (never timed).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tessera_core::{Async, Error, Mode, Runtime};
+
+/// Spins until `counter` reaches `target`; gives up after a generous bound so that a
+/// broken runtime fails the test instead of hanging it. No sleeps: yields only.
+fn spin_until(counter: &AtomicUsize, target: usize) -> bool {
+    let start = std::time::Instant::now();
+    while counter.load(Ordering::Acquire) < target {
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
+}
+
+#[test]
+fn reads_between_two_writes_run_concurrently() {
+    let rt = Runtime::new(2).unwrap();
+    let a = Async::new(5_u64);
+    let started = Arc::new(AtomicUsize::new(0));
+    let out: Vec<Async<bool>> = (0..2).map(|_| Async::new(false)).collect();
+    for o in &out {
+        let started = Arc::clone(&started);
+        // Each read waits until both reads have started: this only finishes if the runtime
+        // runs the two reads at the same time.
+        rt.schedule((a.read(), o.overwrite()), move |(a, o)| {
+            started.fetch_add(1, Ordering::AcqRel);
+            *o = spin_until(&started, 2) && *a == 5;
+            Ok(())
+        })
+        .unwrap();
+    }
+    for o in &out {
+        assert!(o.get().unwrap(), "the two reads did not overlap");
+    }
+}
+
+#[test]
+fn writes_wait_for_earlier_reads_and_reads_for_earlier_writes() {
+    let rt = Runtime::new(2).unwrap();
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let a = Async::new(0_u64);
+    let sinks: Vec<Async<u64>> = (0..8).map(|_| Async::new(0)).collect();
+    for (i, sink) in sinks.iter().enumerate() {
+        let log = Arc::clone(&log);
+        if i % 3 == 0 {
+            rt.schedule(a.write(), move |a| {
+                *a += 1;
+                log.lock().push(('w', *a));
+                Ok(())
+            })
+            .unwrap();
+        } else {
+            rt.schedule((a.read(), sink.overwrite()), move |(a, s)| {
+                *s = *a;
+                log.lock().push(('r', *a));
+                Ok(())
+            })
+            .unwrap();
+        }
+    }
+    // Program: w r r w r r w r. Each read sees the write enrolled just before it.
+    let expected = [0, 1, 1, 0, 2, 2, 0, 3];
+    for (i, sink) in sinks.iter().enumerate() {
+        if i % 3 != 0 {
+            assert_eq!(sink.get().unwrap(), expected[i], "read {i}");
+        }
+    }
+    assert_eq!(a.get().unwrap(), 3);
+    let log = log.lock();
+    let writes: Vec<u64> = log.iter().filter(|e| e.0 == 'w').map(|e| e.1).collect();
+    assert_eq!(writes, vec![1, 2, 3]);
+    assert_eq!(a.epoch(), 3, "three writes were enrolled");
+}
+
+#[test]
+fn an_output_sharing_a_record_with_an_input_is_refused_and_nothing_is_enrolled() {
+    let a = Async::new(1.0_f64);
+    let before = a.epoch();
+    let err = tessera_core::schedule((a.read(), a.write()), |(_, a)| {
+        *a = 99.0;
+        Ok(())
+    })
+    .unwrap_err();
+    match err {
+        Error::Alias {
+            record,
+            first,
+            second,
+        } => {
+            assert_eq!(record, a.record_id());
+            assert!(matches!(
+                (first, second),
+                ("a read", "an update") | ("an update", "a read")
+            ));
+        }
+        other => panic!("expected an alias error, got {other}"),
+    }
+    let alias = a.alias();
+    assert!(matches!(
+        tessera_core::schedule((alias.overwrite(), a.write()), |_| Ok(())),
+        Err(Error::Alias { .. })
+    ));
+    assert_eq!(a.epoch(), before, "nothing was enrolled");
+    assert_eq!(a.get().unwrap(), 1.0, "nothing was written");
+}
+
+#[test]
+fn two_reads_of_one_record_in_one_task_are_one_read() {
+    let a = Async::new(2_u32);
+    let b = Async::new(0_u32);
+    tessera_core::schedule((a.read(), a.view().read(), b.overwrite()), |(x, y, b)| {
+        *b = x + y;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(b.get().unwrap(), 4);
+}
+
+#[test]
+fn aliases_share_the_exact_record_and_order_with_the_parent() {
+    let a = Async::new(0_u64);
+    let alias = a.alias();
+    let clone = alias.clone();
+    assert_eq!(alias.hazards().records()[0].id(), a.record_id());
+    assert_eq!(clone.hazards().records()[0].id(), a.record_id());
+    for i in 0..100 {
+        let target = match i % 3 {
+            0 => a.write(),
+            1 => alias.write(),
+            _ => clone.write(),
+        };
+        tessera_core::schedule(target, move |v| {
+            *v = v.wrapping_mul(31).wrapping_add(i);
+            Ok(())
+        })
+        .unwrap();
+    }
+    let expected = (0..100).fold(0_u64, |v, i| v.wrapping_mul(31).wrapping_add(i));
+    assert_eq!(a.get().unwrap(), expected);
+    assert_eq!(clone.read_only().with(|v| *v).unwrap(), expected);
+}
+
+#[test]
+fn a_handle_dropped_after_submission_changes_nothing() {
+    let live = Arc::new(AtomicUsize::new(0));
+    struct Payload(Vec<u64>, Arc<AtomicUsize>);
+    impl Drop for Payload {
+        fn drop(&mut self) {
+            self.1.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let out = Async::new(0_u64);
+    {
+        live.fetch_add(1, Ordering::AcqRel);
+        let tmp = Async::new(Payload(vec![1, 2, 3], Arc::clone(&live)));
+        tessera_core::schedule(tmp.write(), |p| {
+            p.0.push(4);
+            Ok(())
+        })
+        .unwrap();
+        tessera_core::schedule((tmp.read(), out.overwrite()), |(p, o)| {
+            *o = p.0.iter().sum();
+            Ok(())
+        })
+        .unwrap();
+        // `tmp` is dropped here, with both tasks possibly still pending.
+    }
+    assert_eq!(out.get().unwrap(), 10);
+    assert_eq!(
+        live.load(Ordering::Acquire),
+        0,
+        "the storage was released once done"
+    );
+}
+
+#[test]
+fn duplicate_is_a_scheduled_copy_onto_a_new_timeline() {
+    let a = Async::new(vec![1, 2, 3]);
+    let b = a.duplicate().unwrap();
+    assert_ne!(a.record_id(), b.record_id());
+    tessera_core::schedule(a.write(), |a| {
+        a.push(4);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(b.get().unwrap(), vec![1, 2, 3]);
+    assert_eq!(a.get().unwrap(), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn a_host_wait_inside_a_task_is_refused() {
+    let a = Async::new(1_u8);
+    let result = Arc::new(parking_lot::Mutex::new(None));
+    let a2 = Async::new(0_u8);
+    let view = a.view();
+    let r = Arc::clone(&result);
+    tessera_core::schedule(a2.write(), move |_| {
+        *r.lock() = Some(view.wait());
+        Ok(())
+    })
+    .unwrap();
+    a2.wait().unwrap();
+    assert!(matches!(
+        result.lock().take(),
+        Some(Err(Error::WaitInsideTask { .. }))
+    ));
+}
+
+#[test]
+fn a_host_wait_waits_for_exactly_its_last_write() {
+    // `b` depends on nothing pending, so waiting for it must not wait for `a`'s blocked
+    // writer (which is released only after `b` was read).
+    let rt = Runtime::new(2).unwrap();
+    let gate = Arc::new(AtomicUsize::new(0));
+    let a = Async::new(0_u64);
+    let b = Async::new(7_u64);
+    let g = Arc::clone(&gate);
+    rt.schedule(a.write(), move |a| {
+        *a = u64::from(spin_until(&g, 1));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(b.get().unwrap(), 7);
+    gate.store(1, Ordering::Release);
+    assert_eq!(a.get().unwrap(), 1);
+}
+
+#[test]
+fn host_update_through_with_mut_is_ordered() {
+    let a = Async::new(1_i64);
+    tessera_core::schedule(a.write(), |a| {
+        *a *= 10;
+        Ok(())
+    })
+    .unwrap();
+    a.alias().with_mut(|a| *a += 1).unwrap();
+    tessera_core::schedule(a.write(), |a| {
+        *a *= 2;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(a.get().unwrap(), 22);
+    assert!(Mode::Update.reads() && Mode::Update.writes() && !Mode::Overwrite.reads());
+}
