@@ -23,7 +23,10 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} expects a number, got {v}")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} expects a number, got {v}"))
+        })
         .unwrap_or(default)
 }
 
@@ -31,7 +34,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let records = arg(&args, "--records", 64).max(3);
     let rounds = arg(&args, "--rounds", 2000);
-    let threads = arg(&args, "--threads", std::thread::available_parallelism()?.get());
+    let threads = arg(
+        &args,
+        "--threads",
+        std::thread::available_parallelism()?.get(),
+    );
     let runtime = Runtime::new(threads)?;
 
     let start = Instant::now();
@@ -64,7 +71,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let tasks = records * rounds;
     let checksum = result.iter().fold(0u64, |a, v| a ^ v.rotate_left(7));
-    println!("task graph: {records} records x {rounds} sweeps = {tasks} tasks on {threads} workers");
+    println!(
+        "task graph: {records} records x {rounds} sweeps = {tasks} tasks on {threads} workers"
+    );
     println!(
         "enrolled in {:.3} s, done in {:.3} s: {:.2} M tasks/s",
         enrolled.as_secs_f64(),

@@ -1,10 +1,14 @@
 //! Tessera's kernels.
 //!
-//! Owns: the backends that run leaf kernels over resolved views (`cpu` on faer and rayon;
-//! `cuda` on cudarc behind a feature). Invariant: a backend sees only resolved views, never
-//! async types. The kernels arrive with the contraction issue; this crate fixes the place
-//! in the dependency order (`core` <- `backends` <- `blocks`).
+//! Owns: the element types ([`Scalar`]) and the backends that run leaf kernels over resolved
+//! views: [`cpu`] on plain loops over contiguous runs (and, with the contraction issue, faer
+//! and rayon). Invariant: a backend sees only resolved views, never async types, and never
+//! writes outside the views it is handed.
 
 #![deny(missing_docs)]
 
+pub mod cpu;
+mod scalar;
+
+pub use scalar::Scalar;
 pub use tessera_core::Domain;

@@ -1,7 +1,43 @@
-//! Tessera's symmetric block-sparse tensors.
+//! Tessera's symmetric block-sparse tensors: the synchronous structure part.
 //!
-//! Owns: sectors, legs, block structures and `AsyncArray` (one backing allocation, a
-//! synchronous descriptor table, per-block alias handles). Arrives with the blocks issue;
-//! this crate fixes its place in the dependency order.
+//! Owns: [sectors](sector) (symmetry labels, fusion, fermionic grading), [legs](leg)
+//! (segments of sectors with a direction), and [block structures](structure) (which blocks a
+//! tensor has and where each lives in its one sector-major allocation). `AsyncArray` (the
+//! backing allocation, per-block alias handles) builds on these types. Everything here is
+//! immutable once built, checks its input, and reports misuse as [`Error`].
+//!
+//! ```
+//! use tessera_blocks::{BlockStructure, Direction, Leg, U1};
+//!
+//! // A U(1) matrix: one incoming leg (rows), one outgoing leg (columns), flux 0.
+//! let row = Leg::new(Direction::In, [(U1(-1), 2), (U1(0), 3), (U1(1), 1)])?;
+//! let col = Leg::new(Direction::Out, [(U1(0), 4), (U1(1), 2)])?;
+//! let s = BlockStructure::new([row], [col], U1(0))?;
+//!
+//! // Charge is conserved: only (0 -> 0) and (1 -> 1) are blocks.
+//! assert_eq!(s.num_blocks(), 2);
+//! let id = s.block_id_by_sectors(&[U1(1), U1(1)])?.expect("an allowed block");
+//! let b = s.block(id).expect("a block id");
+//! println!("block {id}: shape {:?} at offset {}", b.shape(), b.offset());
+//! assert_eq!((b.shape(), b.offset()), (&[1, 2][..], 3 * 4));
+//! assert_eq!(s.total_len(), 3 * 4 + 1 * 2);
+//! # Ok::<(), tessera_blocks::Error>(())
+//! ```
 
 #![deny(missing_docs)]
+
+mod error;
+pub mod leg;
+pub mod sector;
+pub mod structure;
+
+pub use error::Error;
+pub use leg::{Direction, FusionMap, Leg, Segment};
+pub use sector::{
+    AbelianSector, FermionParity, FermionicU1, FusionStyle, Fusions, Product, Sector, Trivial, U1,
+    Z2, Zn,
+};
+pub use structure::{Block, BlockStructure, CoupledSector, Permuted, Remapped};
+
+/// `bitvec`'s slice and vector types, as used by presence masks.
+pub use bitvec::prelude::{BitSlice, BitVec};

@@ -1,0 +1,152 @@
+//! The CPU backend's elementwise kernels and reductions over strided views.
+//!
+//! Owns: scale, axpy, scaled (conjugating, permuting) copies, dot products and squared norms
+//! over [`StridedRef`] / [`StridedMut`]. Invariant: every kernel either checks that its
+//! operands have equal dims and returns [`ShapeMismatch`] before writing anything, or writes
+//! the whole destination; all loops run over contiguous runs where the layout has them, so the
+//! compiler vectorises the inner loop.
+
+use crate::Scalar;
+use tessera_core::{StridedMut, StridedRef, zip_runs, zip_runs_ref};
+
+/// Two operands of one kernel have different dims.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "expected operands of equal dims, but the destination has {expected:?} and the source {given:?}"
+)]
+pub struct ShapeMismatch {
+    /// The destination's dims.
+    pub expected: Vec<usize>,
+    /// The source's dims.
+    pub given: Vec<usize>,
+}
+
+fn mismatch<T: Copy, U: Copy>(dst: &StridedMut<'_, T>, src: &StridedRef<'_, U>) -> ShapeMismatch {
+    ShapeMismatch {
+        expected: dst.dims().to_vec(),
+        given: src.dims().to_vec(),
+    }
+}
+
+/// `y <- alpha * y`.
+pub fn scale<T: Scalar>(y: &mut StridedMut<'_, T>, alpha: T) {
+    y.for_each_run_mut(|_, run| run.iter_mut().for_each(|v| *v *= alpha));
+}
+
+/// `y <- alpha * x + y`.
+pub fn axpy<T: Scalar>(
+    alpha: T,
+    x: &StridedRef<'_, T>,
+    y: &mut StridedMut<'_, T>,
+) -> Result<(), ShapeMismatch> {
+    if zip_runs(y, x, |_, y, x| {
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y += alpha * x;
+        }
+    }) {
+        Ok(())
+    } else {
+        Err(mismatch(y, x))
+    }
+}
+
+/// `y <- alpha * op(x) + beta * y` elementwise, with `op` the conjugate when `conj`; `x` may be
+/// any strided (for example axis-permuted) view of `y`'s dims. With `beta == 0` the old `y` is
+/// not read (so NaNs in it do not leak).
+pub fn copy_scaled<T: Scalar>(
+    alpha: T,
+    x: &StridedRef<'_, T>,
+    conj: bool,
+    beta: T,
+    y: &mut StridedMut<'_, T>,
+) -> Result<(), ShapeMismatch> {
+    if x.dims() != y.dims() {
+        return Err(mismatch(y, x));
+    }
+    let op = |v: T| if conj { v.conj() } else { v };
+    if beta == T::ZERO {
+        y.assign_map(x, |v| alpha * op(v));
+    } else {
+        let ok = zip_runs(y, x, |_, y, x| {
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y = alpha * op(x) + beta * *y;
+            }
+        });
+        debug_assert!(ok);
+    }
+    Ok(())
+}
+
+/// `sum(conj(x) * y)`.
+pub fn dot<T: Scalar>(x: &StridedRef<'_, T>, y: &StridedRef<'_, T>) -> Result<T, ShapeMismatch> {
+    let mut acc = T::ZERO;
+    if zip_runs_ref(x, y, |_, x, y| {
+        for (&x, &y) in x.iter().zip(y) {
+            acc += x.conj() * y;
+        }
+    }) {
+        Ok(acc)
+    } else {
+        Err(ShapeMismatch {
+            expected: x.dims().to_vec(),
+            given: y.dims().to_vec(),
+        })
+    }
+}
+
+/// `sum(|x|^2)`.
+pub fn norm_sqr<T: Scalar>(x: &StridedRef<'_, T>) -> T::Real {
+    let mut acc = T::Real::ZERO;
+    x.for_each_run(|_, run| {
+        for &v in run {
+            acc += v.abs2();
+        }
+    });
+    acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use num_complex::Complex;
+    use tessera_core::SharedBuffer;
+
+    #[test]
+    fn kernels_equal_their_elementwise_definitions() {
+        let dims = [3_usize, 4];
+        let a = SharedBuffer::<Complex<f64>>::zeroed(12);
+        let b = SharedBuffer::<Complex<f64>>::zeroed(12);
+        // SAFETY: full-extent views of fresh buffers; this test is their sole user.
+        let (mut x, mut y) =
+            unsafe { (a.view_mut(0, &dims, &[1, 3]), b.view_mut(0, &dims, &[1, 3])) };
+        x.update(|k, _| Complex::new(k as f64, 1.0));
+        y.update(|k, _| Complex::new(1.0, -(k as f64)));
+        let (x0, y0) = (x.to_vec(), y.to_vec());
+        let alpha = Complex::new(0.5, 2.0);
+        axpy(alpha, &x.as_ref(), &mut y).unwrap();
+        for k in 0..12 {
+            assert_eq!(y.to_vec()[k], alpha * x0[k] + y0[k]);
+        }
+        let d = dot(&x.as_ref(), &x.as_ref()).unwrap();
+        assert_eq!(d.re, norm_sqr(&x.as_ref()));
+        assert_eq!(d.im, 0.0);
+        scale(&mut x, Complex::new(0.0, 1.0));
+        assert_eq!(x.to_vec()[5], Complex::new(0.0, 1.0) * x0[5]);
+        // A transposed, conjugated copy into a 4 x 3 destination.
+        let c = SharedBuffer::<Complex<f64>>::zeroed(12);
+        // SAFETY: as above.
+        let mut t = unsafe { c.view_mut(0, &[4, 3], &[1, 4]) };
+        let xt = x.as_ref();
+        copy_scaled(
+            Complex::new(2.0, 0.0),
+            &xt.permute_axes(&[1, 0]).unwrap(),
+            true,
+            Complex::new(0.0, 0.0),
+            &mut t,
+        )
+        .unwrap();
+        assert_eq!(t.get(&[3, 1]), x.get(&[1, 3]).map(|v| v.conj() * 2.0));
+        let err = axpy(alpha, &t.as_ref(), &mut x).unwrap_err();
+        assert_eq!((err.expected, err.given), (vec![3, 4], vec![4, 3]));
+    }
+}

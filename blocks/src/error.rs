@@ -1,0 +1,161 @@
+//! The crate's error type.
+//!
+//! Owns [`Error`], the one error enum of `tessera-blocks`. Invariant: every fallible operation
+//! of this crate on user input returns one of these variants instead of panicking, and every
+//! message says what was expected and what was given. Sectors appear in messages through their
+//! `Display` form, so the enum is not generic over the sector type.
+
+use crate::leg::Direction;
+
+/// Errors of sector, leg and block-structure construction and queries.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A segment was given dimension 0.
+    #[error("segment {segment} has dimension 0; expected a dimension of at least 1")]
+    ZeroDimension {
+        /// The offending segment.
+        segment: usize,
+    },
+
+    /// A symmetric leg was given the same sector twice.
+    #[error(
+        "sector {sector} appears in segments {first} and {second}; expected each sector at most \
+         once on a symmetric leg (use `Leg::tiled` for repeated sectors)"
+    )]
+    RepeatedSector {
+        /// The repeated sector (`Display` form).
+        sector: String,
+        /// Its first segment.
+        first: usize,
+        /// Its second segment.
+        second: usize,
+    },
+
+    /// A direction was given as a number other than +1 or -1.
+    #[error("invalid direction {given}; expected +1 (In) or -1 (Out)")]
+    InvalidDirection {
+        /// The number given.
+        given: i64,
+    },
+
+    /// A segment index is out of range for its leg.
+    #[error("segment {segment} is out of range; expected an index below {segments} on leg {leg}")]
+    SegmentOutOfRange {
+        /// The leg (its position in the structure, or 0 for a lone leg).
+        leg: usize,
+        /// The index given.
+        segment: usize,
+        /// The number of segments of that leg.
+        segments: usize,
+    },
+
+    /// Two legs to be contracted have the same direction.
+    #[error("legs are not contractible: expected opposite directions, both are {direction}")]
+    SameDirection {
+        /// The common direction.
+        direction: Direction,
+    },
+
+    /// Two legs to be contracted have different numbers of segments.
+    #[error(
+        "legs are not contractible: expected the same number of segments, the left leg has \
+         {left}, the right leg has {right}"
+    )]
+    SegmentCountMismatch {
+        /// Segments of the left leg.
+        left: usize,
+        /// Segments of the right leg.
+        right: usize,
+    },
+
+    /// Two legs to be contracted differ at one segment.
+    #[error(
+        "legs are not contractible at segment {segment}: expected the same sector and \
+         dimension, the left leg has ({left_sector}, {left_dim}), the right leg has \
+         ({right_sector}, {right_dim})"
+    )]
+    SegmentMismatch {
+        /// The first segment that differs.
+        segment: usize,
+        /// The left leg's sector there (`Display` form).
+        left_sector: String,
+        /// The left leg's dimension there.
+        left_dim: usize,
+        /// The right leg's sector there (`Display` form).
+        right_sector: String,
+        /// The right leg's dimension there.
+        right_dim: usize,
+    },
+
+    /// A size (a fused dimension, a block size, the allocation length) overflows `usize`.
+    #[error("{what} overflows usize; expected sizes that fit in the address space")]
+    Overflow {
+        /// What overflowed.
+        what: &'static str,
+    },
+
+    /// The codomain was said to have more legs than the structure has.
+    #[error("codomain of {n_codomain} legs requested; expected at most the {legs} legs given")]
+    SplitOutOfRange {
+        /// The codomain size asked for.
+        n_codomain: usize,
+        /// The number of legs.
+        legs: usize,
+    },
+
+    /// A permutation is not a permutation of the legs.
+    #[error("expected a permutation of 0..{legs} (each leg exactly once), got {given:?}")]
+    InvalidPermutation {
+        /// The number of legs.
+        legs: usize,
+        /// The list given.
+        given: Vec<usize>,
+    },
+
+    /// A tuple (of segments or sectors) has the wrong number of entries.
+    #[error("expected one entry per leg ({expected}), got {given}")]
+    ArityMismatch {
+        /// The number of legs.
+        expected: usize,
+        /// The number of entries given.
+        given: usize,
+    },
+
+    /// A presence mask does not have one bit per allowed block.
+    #[error("presence mask has {given} bits; expected one per allowed block ({expected})")]
+    MaskLength {
+        /// The number of allowed blocks.
+        expected: usize,
+        /// The number of bits given.
+        given: usize,
+    },
+
+    /// A screening threshold is negative or not a number.
+    #[error("screening threshold {given} is invalid; expected a number >= 0 (or +inf)")]
+    InvalidThreshold {
+        /// The threshold given.
+        given: f64,
+    },
+
+    /// A block norm given to screening is negative or not a number.
+    #[error("norm of block {block} is {given}; expected a number >= 0 (or +inf)")]
+    InvalidNorm {
+        /// The block.
+        block: usize,
+        /// The norm given.
+        given: f64,
+    },
+
+    /// A lookup by sector tuple met a leg that carries the sector in several segments.
+    #[error(
+        "leg {leg} carries sector {sector} in several segments; expected a leg with unique \
+         sectors for a lookup by sector (look the block up by segment tuple instead)"
+    )]
+    AmbiguousSector {
+        /// The leg.
+        leg: usize,
+        /// The sector (`Display` form).
+        sector: String,
+    },
+}

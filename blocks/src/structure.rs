@@ -1,0 +1,1655 @@
+//! Block structures: which blocks a symmetric tensor has, and where each one lives in the
+//! tensor's single backing allocation.
+//!
+//! Owns [`BlockStructure`] (the immutable descriptor table), its views [`Block`] and
+//! [`CoupledSector`], and the results of re-indexing: [`Permuted`] and [`Remapped`].
+//!
+//! # What is allowed, what is present
+//!
+//! A tensor has legs split into `n_codomain` codomain (row) legs followed by domain (column)
+//! legs, and a flux. A block is one segment per leg; it is *allowed* when the fusion of the
+//! legs' effective sectors (see [`Direction`](crate::Direction)) equals the flux. Its
+//! *coupled sector* `c` is the fusion of the codomain legs' effective sectors; the domain
+//! part then fuses to `dual(c) ⊗ flux`.
+//!
+//! Allowed blocks have a canonical order: by coupled sector (increasing), then by domain
+//! tuple, then by codomain tuple, where tuples of each side are enumerated with the first
+//! leg's segment fastest. That is column-major order of the sector matrices below. A
+//! *presence mask* (one bit per allowed block, in canonical order) selects the *present*
+//! blocks; by default every allowed block is present. Only present blocks are blocks of the
+//! structure: block ids `0..num_blocks()` number the present blocks in canonical order,
+//! lookups find only them, and absent blocks take no storage.
+//!
+//! # Layout (DESIGN.md section 4)
+//!
+//! One allocation, sector-major. For each coupled sector `c` that has a present block, in
+//! increasing order, one region follows the previous one. Its logical matrix has as rows the
+//! codomain tuples of `c` that have a present block (their segment dimensions multiplied, in
+//! canonical order) and as columns the domain tuples likewise. Then:
+//!
+//! - **Dense sector** (every block of that rectangle is present; always the case without a
+//!   mask): the region is that `rows x cols` matrix, column-major, leading dimension `rows`.
+//!   A block is the sub-rectangle `rows() x cols()`, reshaped to its legs: the codomain
+//!   multi-index is column-major inside the row range (first leg fastest), the domain
+//!   multi-index likewise inside the column range. Its strides are `1, d0, d0*d1, ...` for
+//!   the codomain legs and `rows, rows*e0, ...` for the domain legs. A GEMM takes the region
+//!   as is.
+//! - **Packed sector** (a mask left holes in the rectangle): the present blocks follow each
+//!   other in canonical order, each a contiguous column-major matrix of its own (leading
+//!   dimension = the block's row count). `rows()`/`cols()` still give the block's place in
+//!   the logical sector matrix, so a coalesced view can gather it; the region is not a
+//!   matrix.
+//!
+//! So offsets are computed over present blocks only, the regions of the sectors tile
+//! `0..total_len()` exactly, and the elements of the present blocks tile it exactly.
+//!
+//! Invariants kept by every constructor: the descriptor table is consistent with the legs,
+//! split, flux and mask it was built from; it never changes afterwards (share it as
+//! `Arc<BlockStructure<S>>`); and [`fingerprint`](BlockStructure::fingerprint) is a stable
+//! hash of exactly those inputs.
+//!
+//! Built for abelian sectors; a non-abelian structure keys blocks by fusion-tree pairs
+//! instead of segment tuples (see the `sector` module).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::BuildHasher;
+use std::ops::Range;
+
+use bitvec::field::BitField;
+use bitvec::prelude::{BitSlice, BitVec};
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+use crate::error::Error;
+use crate::leg::Leg;
+use crate::sector::{AbelianSector, Sector};
+
+/// The storage of one present block (the per-leg data live in the structure's flat arrays).
+#[derive(Clone, Debug)]
+struct Entry {
+    offset: usize,
+    len: usize,
+    coupled: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+    allowed: usize,
+}
+
+/// One coupled sector with at least one present block: its region of the allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoupledSector<S> {
+    sector: S,
+    offset: usize,
+    len: usize,
+    rows: usize,
+    cols: usize,
+    dense: bool,
+    blocks: Range<usize>,
+}
+
+impl<S> CoupledSector<S> {
+    /// The coupled sector `c`.
+    pub fn sector(&self) -> &S {
+        &self.sector
+    }
+
+    /// The start of the sector's region in the allocation.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The number of elements of the region (`rows * cols` when dense).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never, for a sector of a structure).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The rows of the logical sector matrix.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The columns of the logical sector matrix.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Whether the region is the dense column-major `rows x cols` matrix (see the module
+    /// docs); `false` for a packed sector.
+    pub fn is_dense(&self) -> bool {
+        self.dense
+    }
+
+    /// The ids of the sector's blocks (contiguous).
+    pub fn blocks(&self) -> Range<usize> {
+        self.blocks.clone()
+    }
+}
+
+/// The immutable descriptor table of a block-sparse symmetric tensor. See the module docs for
+/// what is allowed, present, and the layout.
+#[derive(Clone)]
+pub struct BlockStructure<S: AbelianSector> {
+    legs: Vec<Leg<S>>,
+    n_codomain: usize,
+    flux: S,
+    present: BitVec,
+    /// Per present block, one entry per leg (`num_legs()` consecutive entries).
+    seg: Vec<usize>,
+    sec: Vec<S>,
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    entries: Vec<Entry>,
+    sectors: Vec<CoupledSector<S>>,
+    index: HashTable<usize>,
+    hasher: DefaultHashBuilder,
+    total_len: usize,
+    fingerprint: u64,
+}
+
+/// One present block: a view into its [`BlockStructure`].
+#[derive(Copy, Clone)]
+pub struct Block<'a, S: AbelianSector> {
+    structure: &'a BlockStructure<S>,
+    id: usize,
+}
+
+impl<'a, S: AbelianSector> Block<'a, S> {
+    fn entry(&self) -> &'a Entry {
+        &self.structure.entries[self.id]
+    }
+
+    fn per_leg<T>(&self, v: &'a [T]) -> &'a [T] {
+        let n = self.structure.legs.len();
+        &v[self.id * n..(self.id + 1) * n]
+    }
+
+    /// The block id.
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// The segment of each leg.
+    pub fn segments(&self) -> &'a [usize] {
+        self.per_leg(&self.structure.seg)
+    }
+
+    /// The sector label of each leg.
+    pub fn sectors(&self) -> &'a [S] {
+        self.per_leg(&self.structure.sec)
+    }
+
+    /// The dimension of each leg.
+    pub fn shape(&self) -> &'a [usize] {
+        self.per_leg(&self.structure.shape)
+    }
+
+    /// The stride of each leg, in elements.
+    pub fn strides(&self) -> &'a [usize] {
+        self.per_leg(&self.structure.strides)
+    }
+
+    /// The position of the block's first element in the allocation.
+    pub fn offset(&self) -> usize {
+        self.entry().offset
+    }
+
+    /// The number of elements (the product of the shape).
+    pub fn len(&self) -> usize {
+        self.entry().len
+    }
+
+    /// Whether the block has no elements (never: dimensions are at least 1).
+    pub fn is_empty(&self) -> bool {
+        self.entry().len == 0
+    }
+
+    /// The position in the allocation of the element at multi-index `index` (one index per
+    /// leg), or `None` when the arity or an index is out of range.
+    pub fn element_offset(&self, index: &[usize]) -> Option<usize> {
+        if index.len() != self.shape().len() {
+            return None;
+        }
+        let mut off = self.offset();
+        for ((&i, &d), &s) in index.iter().zip(self.shape()).zip(self.strides()) {
+            if i >= d {
+                return None;
+            }
+            off += i * s;
+        }
+        Some(off)
+    }
+
+    /// The id of the block's coupled sector (an index into
+    /// [`BlockStructure::sectors`]).
+    pub fn coupled(&self) -> usize {
+        self.entry().coupled
+    }
+
+    /// The block's coupled sector.
+    pub fn coupled_sector(&self) -> &'a CoupledSector<S> {
+        &self.structure.sectors[self.entry().coupled]
+    }
+
+    /// The block's rows in its logical sector matrix.
+    pub fn rows(&self) -> Range<usize> {
+        self.entry().rows.clone()
+    }
+
+    /// The block's columns in its logical sector matrix.
+    pub fn cols(&self) -> Range<usize> {
+        self.entry().cols.clone()
+    }
+
+    /// The block's position among the allowed blocks (its bit in the presence mask).
+    pub fn allowed_index(&self) -> usize {
+        self.entry().allowed
+    }
+}
+
+impl<S: AbelianSector> fmt::Debug for Block<'_, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Block")
+            .field("id", &self.id)
+            .field("segments", &self.segments())
+            .field("sectors", &self.sectors())
+            .field("shape", &self.shape())
+            .field("strides", &self.strides())
+            .field("offset", &self.offset())
+            .field("coupled", &self.coupled())
+            .field("rows", &self.rows())
+            .field("cols", &self.cols())
+            .finish()
+    }
+}
+
+/// A structure with its legs reordered (see [`BlockStructure::permuted`]).
+#[derive(Clone, Debug)]
+pub struct Permuted<S: AbelianSector> {
+    /// The permuted structure.
+    pub structure: BlockStructure<S>,
+    /// `block_map[old]` is the id in `structure` of block `old` of the original.
+    pub block_map: Vec<usize>,
+    /// Bit `old` is set when block `old` picks up the fermionic sign `-1`.
+    pub negative: BitVec,
+}
+
+impl<S: AbelianSector> Permuted<S> {
+    /// The fermionic sign (`+1` or `-1`) of original block `old`, if it is a block.
+    pub fn sign(&self, old: usize) -> Option<i8> {
+        self.negative.get(old).map(|b| if *b { -1 } else { 1 })
+    }
+}
+
+/// A structure derived from another one, with the map of block ids (see
+/// [`BlockStructure::screened`] and [`BlockStructure::adjoint`]).
+#[derive(Clone, Debug)]
+pub struct Remapped<S: AbelianSector> {
+    /// The new structure.
+    pub structure: BlockStructure<S>,
+    /// `block_map[old]` is the id in `structure` of block `old` of the original, or `None`
+    /// when it was dropped.
+    pub block_map: Vec<Option<usize>>,
+}
+
+/// How a build decides presence: called once per allowed block, in canonical order.
+enum Presence<'a> {
+    All,
+    Bits(&'a BitSlice),
+    Pred(&'a mut dyn FnMut(&[usize]) -> bool),
+}
+
+/// The tuples of one side (codomain or domain), grouped by the fusion of their effective
+/// sectors, each group in enumeration order (first leg fastest).
+struct Side<S> {
+    k: usize,
+    flat: Vec<usize>,
+    groups: BTreeMap<S, Group>,
+}
+
+/// The tuples of one group: `(tuple index, product of the segment dimensions)`.
+type Group = Vec<(usize, usize)>;
+
+impl<S> Side<S> {
+    fn tuple(&self, t: usize) -> &[usize] {
+        &self.flat[t * self.k..(t + 1) * self.k]
+    }
+}
+
+fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
+    let k = legs.len();
+    let mut side = Side {
+        k,
+        flat: Vec::new(),
+        groups: BTreeMap::new(),
+    };
+    if legs.iter().any(|l| l.num_segments() == 0) {
+        return Ok(side);
+    }
+    let eff: Vec<Vec<S>> = legs
+        .iter()
+        .map(|l| {
+            l.segments()
+                .iter()
+                .map(|s| l.direction().act(&s.sector))
+                .collect()
+        })
+        .collect();
+    let mut idx = vec![0usize; k];
+    let mut t = 0usize;
+    loop {
+        let mut fused = S::trivial();
+        let mut dim = 1usize;
+        for (l, &i) in idx.iter().enumerate() {
+            fused = fused.fuse_abelian(&eff[l][i]);
+            dim = dim
+                .checked_mul(legs[l].segments()[i].dim)
+                .ok_or(Error::Overflow {
+                    what: "block row or column count",
+                })?;
+        }
+        side.flat.extend_from_slice(&idx);
+        side.groups.entry(fused).or_default().push((t, dim));
+        t += 1;
+        // Odometer, first leg fastest.
+        let mut l = 0;
+        loop {
+            if l == k {
+                return Ok(side);
+            }
+            idx[l] += 1;
+            if idx[l] < legs[l].num_segments() {
+                break;
+            }
+            idx[l] = 0;
+            l += 1;
+        }
+    }
+}
+
+/// FNV-1a over the little-endian bytes of 64-bit words: stable across platforms, processes
+/// and versions.
+struct StableHasher(u64);
+
+impl StableHasher {
+    fn new() -> Self {
+        StableHasher(0xcbf2_9ce4_8422_2325)
+    }
+    fn word(&mut self, w: u64) {
+        for b in w.to_le_bytes() {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn sector<S: Sector>(&mut self, s: &S, buf: &mut Vec<u32>) {
+        buf.clear();
+        s.encode(buf);
+        self.word(buf.len() as u64);
+        for &w in buf.iter() {
+            self.word(u64::from(w));
+        }
+    }
+}
+
+impl<S: AbelianSector> BlockStructure<S> {
+    /// The structure of a tensor from `codomain` to `domain` legs with the given flux, every
+    /// allowed block present.
+    ///
+    /// No allowed block is not an error: the structure is then empty.
+    pub fn new(
+        codomain: impl IntoIterator<Item = Leg<S>>,
+        domain: impl IntoIterator<Item = Leg<S>>,
+        flux: S,
+    ) -> Result<Self, Error> {
+        let mut legs: Vec<Leg<S>> = codomain.into_iter().collect();
+        let n_codomain = legs.len();
+        legs.extend(domain);
+        Self::build(legs, n_codomain, flux, Presence::All)
+    }
+
+    /// Like [`new`](BlockStructure::new), from all legs and the number of codomain legs (the
+    /// first `n_codomain` legs).
+    pub fn from_legs(legs: Vec<Leg<S>>, n_codomain: usize, flux: S) -> Result<Self, Error> {
+        Self::build(legs, n_codomain, flux, Presence::All)
+    }
+
+    /// The same legs, split and flux with the given presence mask: one bit per *allowed*
+    /// block in canonical order (the block ids of the unmasked structure), set for present
+    /// blocks. This is general block sparsity.
+    pub fn with_present(&self, mask: &BitSlice) -> Result<Self, Error> {
+        Self::build(
+            self.legs.clone(),
+            self.n_codomain,
+            self.flux.clone(),
+            Presence::Bits(mask),
+        )
+    }
+
+    /// Drops the blocks whose norm is below `threshold`: `norm(id)` is asked once per block of
+    /// `self`, in id order, and the block is kept when `norm(id) >= threshold`. Dropped blocks
+    /// take no storage in the result. Returns the new structure and where each block went.
+    pub fn screened(
+        &self,
+        mut norm: impl FnMut(usize) -> f64,
+        threshold: f64,
+    ) -> Result<Remapped<S>, Error> {
+        if threshold.is_nan() || threshold < 0.0 {
+            return Err(Error::InvalidThreshold { given: threshold });
+        }
+        let mut mask = self.present.clone();
+        let mut block_map = Vec::with_capacity(self.num_blocks());
+        let mut kept = 0usize;
+        for (id, e) in self.entries.iter().enumerate() {
+            let n = norm(id);
+            if n.is_nan() || n < 0.0 {
+                return Err(Error::InvalidNorm {
+                    block: id,
+                    given: n,
+                });
+            }
+            if n >= threshold {
+                block_map.push(Some(kept));
+                kept += 1;
+            } else {
+                mask.set(e.allowed, false);
+                block_map.push(None);
+            }
+        }
+        let structure = self.with_present(&mask)?;
+        Ok(Remapped {
+            structure,
+            block_map,
+        })
+    }
+
+    /// The structure with the legs reordered and a new split: new leg `k` is old leg
+    /// `perm[k]`, the first `n_codomain` new legs form the codomain, the flux is kept, and the
+    /// present blocks are the images of the present blocks.
+    ///
+    /// Also gives, for each old block, its new id and the fermionic sign of the reordering:
+    /// `(-1)^m`, where `m` counts the pairs of legs whose order the permutation inverts and
+    /// whose sectors in that block are both odd.
+    pub fn permuted(&self, perm: &[usize], n_codomain: usize) -> Result<Permuted<S>, Error> {
+        let n = self.legs.len();
+        let mut inverse = vec![usize::MAX; n];
+        let valid = perm.len() == n
+            && perm
+                .iter()
+                .enumerate()
+                .all(|(k, &p)| p < n && std::mem::replace(&mut inverse[p], k) == usize::MAX);
+        if !valid {
+            return Err(Error::InvalidPermutation {
+                legs: n,
+                given: perm.to_vec(),
+            });
+        }
+        let legs: Vec<Leg<S>> = perm.iter().map(|&p| self.legs[p].clone()).collect();
+        let mut block_map = vec![usize::MAX; self.num_blocks()];
+        let mut old_tuple = vec![0usize; n];
+        let mut next = 0usize;
+        let mut pred = |t: &[usize]| {
+            for (k, &s) in t.iter().enumerate() {
+                old_tuple[perm[k]] = s;
+            }
+            match self.block_id(&old_tuple) {
+                Some(old) => {
+                    // Presence is decided in canonical order, which is block id order.
+                    block_map[old] = next;
+                    next += 1;
+                    true
+                }
+                None => false,
+            }
+        };
+        let structure = Self::build(
+            legs,
+            n_codomain,
+            self.flux.clone(),
+            Presence::Pred(&mut pred),
+        )?;
+        let mut negative = BitVec::repeat(false, self.num_blocks());
+        if S::GRADED {
+            let mut odd = Vec::with_capacity(n);
+            for b in self.blocks() {
+                odd.clear();
+                odd.extend(perm.iter().map(|&p| b.sectors()[p].parity()));
+                let mut m = 0usize;
+                for i in 0..n {
+                    for j in i + 1..n {
+                        m += usize::from(odd[i] && odd[j] && perm[i] > perm[j]);
+                    }
+                }
+                negative.set(b.id(), m % 2 == 1);
+            }
+        }
+        Ok(Permuted {
+            structure,
+            block_map,
+            negative,
+        })
+    }
+
+    /// The adjoint structure: codomain and domain swapped (the old domain legs, in order,
+    /// become the codomain), every leg dualled, the flux dualled; block `(a, b)` becomes
+    /// `(b, a)` and its sector matrix is transposed. Fermionic conjugation signs are left to
+    /// the caller.
+    pub fn adjoint(&self) -> Result<Remapped<S>, Error> {
+        let n = self.legs.len();
+        let nc = self.n_codomain;
+        let nd = n - nc;
+        let legs: Vec<Leg<S>> = self.legs[nc..]
+            .iter()
+            .chain(&self.legs[..nc])
+            .map(Leg::dual)
+            .collect();
+        let mut block_map = vec![None; self.num_blocks()];
+        let mut old_tuple = vec![0usize; n];
+        let mut next = 0usize;
+        let mut pred = |t: &[usize]| {
+            old_tuple[nc..].copy_from_slice(&t[..nd]);
+            old_tuple[..nc].copy_from_slice(&t[nd..]);
+            match self.block_id(&old_tuple) {
+                Some(old) => {
+                    block_map[old] = Some(next);
+                    next += 1;
+                    true
+                }
+                None => false,
+            }
+        };
+        let structure = Self::build(legs, nd, self.flux.dual(), Presence::Pred(&mut pred))?;
+        Ok(Remapped {
+            structure,
+            block_map,
+        })
+    }
+
+    fn build(
+        legs: Vec<Leg<S>>,
+        n_codomain: usize,
+        flux: S,
+        mut presence: Presence<'_>,
+    ) -> Result<Self, Error> {
+        let n = legs.len();
+        if n_codomain > n {
+            return Err(Error::SplitOutOfRange {
+                n_codomain,
+                legs: n,
+            });
+        }
+        let rows = enumerate_side(&legs[..n_codomain])?;
+        let cols = enumerate_side(&legs[n_codomain..])?;
+        // The column group completing each row group to the flux.
+        let pairs: Vec<(&S, &Group, &Group)> = rows
+            .groups
+            .iter()
+            .filter_map(|(c, rg)| {
+                cols.groups
+                    .get(&c.dual().fuse_abelian(&flux))
+                    .map(|cg| (c, rg, cg))
+            })
+            .collect();
+        let mut n_allowed = 0usize;
+        for (_, rg, cg) in &pairs {
+            n_allowed = rg
+                .len()
+                .checked_mul(cg.len())
+                .and_then(|m| n_allowed.checked_add(m))
+                .ok_or(Error::Overflow {
+                    what: "number of allowed blocks",
+                })?;
+        }
+        if let Presence::Bits(mask) = &presence {
+            if mask.len() != n_allowed {
+                return Err(Error::MaskLength {
+                    expected: n_allowed,
+                    given: mask.len(),
+                });
+            }
+        }
+
+        let mut s = BlockStructure {
+            legs,
+            n_codomain,
+            flux,
+            present: BitVec::repeat(false, n_allowed),
+            seg: Vec::new(),
+            sec: Vec::new(),
+            shape: Vec::new(),
+            strides: Vec::new(),
+            entries: Vec::new(),
+            sectors: Vec::new(),
+            index: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+            total_len: 0,
+            fingerprint: 0,
+        };
+        let overflow = |what| Error::Overflow { what };
+        let mut tuple = vec![0usize; n];
+        let mut allowed = 0usize;
+        let mut present_rq: Vec<(usize, usize, usize)> = Vec::new();
+        for (c, rg, cg) in pairs {
+            present_rq.clear();
+            for (q, &(ct, _)) in cg.iter().enumerate() {
+                for (r, &(rt, _)) in rg.iter().enumerate() {
+                    tuple[..n_codomain].copy_from_slice(rows.tuple(rt));
+                    tuple[n_codomain..].copy_from_slice(cols.tuple(ct));
+                    let here = match &mut presence {
+                        Presence::All => true,
+                        Presence::Bits(mask) => mask[allowed],
+                        Presence::Pred(p) => p(&tuple),
+                    };
+                    if here {
+                        s.present.set(allowed, true);
+                        present_rq.push((r, q, allowed));
+                    }
+                    allowed += 1;
+                }
+            }
+            if present_rq.is_empty() {
+                continue;
+            }
+            // Live rows and columns, and their starts in the logical sector matrix.
+            let mut row_start = vec![usize::MAX; rg.len()];
+            let mut col_start = vec![usize::MAX; cg.len()];
+            for &(r, q, _) in &present_rq {
+                row_start[r] = 0;
+                col_start[q] = 0;
+            }
+            let place = |starts: &mut [usize], group: &[(usize, usize)]| {
+                let (mut total, mut live) = (0usize, 0usize);
+                for (st, &(_, dim)) in starts.iter_mut().zip(group) {
+                    if *st != usize::MAX {
+                        *st = total;
+                        total = total
+                            .checked_add(dim)
+                            .ok_or(overflow("sector matrix size"))?;
+                        live += 1;
+                    }
+                }
+                Ok::<_, Error>((total, live))
+            };
+            let (n_rows, live_rows) = place(&mut row_start, rg)?;
+            let (n_cols, live_cols) = place(&mut col_start, cg)?;
+            let dense = present_rq.len() == live_rows * live_cols;
+            let sector_offset = s.total_len;
+            if dense {
+                // Every offset inside the sector matrix then fits in usize.
+                n_rows
+                    .checked_mul(n_cols)
+                    .and_then(|len| sector_offset.checked_add(len))
+                    .ok_or(overflow("allocation length"))?;
+            }
+            let coupled = s.sectors.len();
+            let first_block = s.entries.len();
+            let mut packed_at = sector_offset;
+            for &(r, q, allowed) in &present_rq {
+                let (rt, rdim) = rg[r];
+                let (ct, cdim) = cg[q];
+                tuple[..n_codomain].copy_from_slice(rows.tuple(rt));
+                tuple[n_codomain..].copy_from_slice(cols.tuple(ct));
+                let len = rdim.checked_mul(cdim).ok_or(overflow("block size"))?;
+                let (offset, ld) = if dense {
+                    // Inside the sector matrix, whose end was checked above.
+                    (sector_offset + row_start[r] + col_start[q] * n_rows, n_rows)
+                } else {
+                    let at = packed_at;
+                    packed_at = packed_at
+                        .checked_add(len)
+                        .ok_or(overflow("allocation length"))?;
+                    (at, rdim)
+                };
+                let id = s.entries.len();
+                // Strides: products of leg dimensions bounded by the (checked) block and
+                // sector sizes, so they cannot overflow.
+                let mut stride = 1usize;
+                for (l, &seg) in tuple.iter().enumerate() {
+                    if l == n_codomain {
+                        stride = ld;
+                    }
+                    let leg_segment = &s.legs[l].segments()[seg];
+                    s.seg.push(seg);
+                    s.sec.push(leg_segment.sector.clone());
+                    s.shape.push(leg_segment.dim);
+                    s.strides.push(stride);
+                    stride *= leg_segment.dim;
+                }
+                s.entries.push(Entry {
+                    offset,
+                    len,
+                    coupled,
+                    rows: row_start[r]..row_start[r] + rdim,
+                    cols: col_start[q]..col_start[q] + cdim,
+                    allowed,
+                });
+                let hash = s.hasher.hash_one(&tuple[..]);
+                let (seg, hasher) = (&s.seg, &s.hasher);
+                s.index.insert_unique(hash, id, |&other| {
+                    hasher.hash_one(&seg[other * n..(other + 1) * n])
+                });
+            }
+            let len = if dense {
+                n_rows * n_cols
+            } else {
+                packed_at - sector_offset
+            };
+            s.total_len = sector_offset + len;
+            s.sectors.push(CoupledSector {
+                sector: c.clone(),
+                offset: sector_offset,
+                len,
+                rows: n_rows,
+                cols: n_cols,
+                dense,
+                blocks: first_block..s.entries.len(),
+            });
+        }
+        s.fingerprint = s.compute_fingerprint();
+        Ok(s)
+    }
+
+    fn compute_fingerprint(&self) -> u64 {
+        let mut h = StableHasher::new();
+        let mut buf = Vec::new();
+        h.word(0x7465_7373_6572_6101); // "tessera" + layout version 1
+        h.word(self.legs.len() as u64);
+        h.word(self.n_codomain as u64);
+        for leg in &self.legs {
+            h.word(leg.direction().sign() as u64);
+            h.word(leg.num_segments() as u64);
+            for seg in leg.segments() {
+                h.sector(&seg.sector, &mut buf);
+                h.word(seg.dim as u64);
+            }
+        }
+        h.sector(&self.flux, &mut buf);
+        h.word(self.present.len() as u64);
+        for chunk in self.present.chunks(64) {
+            h.word(chunk.load_le::<u64>());
+        }
+        h.0
+    }
+
+    /// All legs: the codomain legs, then the domain legs.
+    pub fn legs(&self) -> &[Leg<S>] {
+        &self.legs
+    }
+
+    /// The codomain (row) legs.
+    pub fn codomain(&self) -> &[Leg<S>] {
+        &self.legs[..self.n_codomain]
+    }
+
+    /// The domain (column) legs.
+    pub fn domain(&self) -> &[Leg<S>] {
+        &self.legs[self.n_codomain..]
+    }
+
+    /// The number of legs.
+    pub fn num_legs(&self) -> usize {
+        self.legs.len()
+    }
+
+    /// The number of codomain legs.
+    pub fn n_codomain(&self) -> usize {
+        self.n_codomain
+    }
+
+    /// The flux.
+    pub fn flux(&self) -> &S {
+        &self.flux
+    }
+
+    /// The number of (present) blocks.
+    pub fn num_blocks(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the structure has no blocks (and no storage).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The number of allowed blocks (present or not).
+    pub fn num_allowed(&self) -> usize {
+        self.present.len()
+    }
+
+    /// The presence mask: one bit per allowed block, in canonical order.
+    pub fn present_mask(&self) -> &BitSlice {
+        &self.present
+    }
+
+    /// The length of the backing allocation, in elements.
+    pub fn total_len(&self) -> usize {
+        self.total_len
+    }
+
+    /// A stable 64-bit hash of the legs (segments and directions), the split, the flux and
+    /// the presence mask, computed once at construction. Equal structures have equal
+    /// fingerprints, in every process and on every platform; a cache keyed by it must still
+    /// confirm a hit with `==`.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// Block `id`, if it is a block.
+    pub fn block(&self, id: usize) -> Option<Block<'_, S>> {
+        (id < self.entries.len()).then_some(Block {
+            structure: self,
+            id,
+        })
+    }
+
+    /// All blocks, in id order.
+    pub fn blocks(&self) -> impl ExactSizeIterator<Item = Block<'_, S>> + '_ {
+        (0..self.entries.len()).map(move |id| Block {
+            structure: self,
+            id,
+        })
+    }
+
+    /// The coupled sectors that have blocks, in increasing order, with their regions.
+    pub fn sectors(&self) -> &[CoupledSector<S>] {
+        &self.sectors
+    }
+
+    /// The id of coupled sector `c`, if it has blocks.
+    pub fn sector_index(&self, c: &S) -> Option<usize> {
+        self.sectors.binary_search_by(|s| s.sector.cmp(c)).ok()
+    }
+
+    /// The id of the present block with these segments (one per leg). `None` when there is
+    /// none, including when the tuple has the wrong length or a segment is out of range.
+    pub fn block_id(&self, segments: &[usize]) -> Option<usize> {
+        let n = self.legs.len();
+        if segments.len() != n {
+            return None;
+        }
+        let hash = self.hasher.hash_one(segments);
+        self.index
+            .find(hash, |&id| &self.seg[id * n..(id + 1) * n] == segments)
+            .copied()
+    }
+
+    /// The id of the present block with these sectors (one per leg), for legs that carry each
+    /// of these sectors at most once. `Ok(None)` when there is no such block.
+    pub fn block_id_by_sectors(&self, sectors: &[S]) -> Result<Option<usize>, Error> {
+        let n = self.legs.len();
+        if sectors.len() != n {
+            return Err(Error::ArityMismatch {
+                expected: n,
+                given: sectors.len(),
+            });
+        }
+        let mut segments = Vec::with_capacity(n);
+        for (leg, (l, s)) in self.legs.iter().zip(sectors).enumerate() {
+            let mut it = l.segments_of(s);
+            let Some(first) = it.next() else {
+                return Ok(None);
+            };
+            if it.next().is_some() {
+                return Err(Error::AmbiguousSector {
+                    leg,
+                    sector: s.to_string(),
+                });
+            }
+            segments.push(first);
+        }
+        Ok(self.block_id(&segments))
+    }
+
+    /// Whether the block with these segments (one per leg) conserves the flux, present or
+    /// not.
+    pub fn is_allowed(&self, segments: &[usize]) -> Result<bool, Error> {
+        let n = self.legs.len();
+        if segments.len() != n {
+            return Err(Error::ArityMismatch {
+                expected: n,
+                given: segments.len(),
+            });
+        }
+        let mut total = S::trivial();
+        for (leg, (l, &seg)) in self.legs.iter().zip(segments).enumerate() {
+            let e = l.effective_sector(seg).ok_or(Error::SegmentOutOfRange {
+                leg,
+                segment: seg,
+                segments: l.num_segments(),
+            })?;
+            total = total.fuse_abelian(&e);
+        }
+        Ok(total == self.flux)
+    }
+}
+
+impl<S: AbelianSector> PartialEq for BlockStructure<S> {
+    fn eq(&self, other: &Self) -> bool {
+        self.fingerprint == other.fingerprint
+            && self.n_codomain == other.n_codomain
+            && self.flux == other.flux
+            && self.present == other.present
+            && self.legs == other.legs
+    }
+}
+
+impl<S: AbelianSector> Eq for BlockStructure<S> {}
+
+impl<S: AbelianSector> fmt::Debug for BlockStructure<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockStructure")
+            .field("legs", &self.legs)
+            .field("n_codomain", &self.n_codomain)
+            .field("flux", &self.flux)
+            .field("blocks", &self.num_blocks())
+            .field("allowed", &self.num_allowed())
+            .field("sectors", &self.sectors)
+            .field("total_len", &self.total_len)
+            .field("fingerprint", &format_args!("{:#018x}", self.fingerprint))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::leg::Direction;
+    use crate::sector::{FermionParity, Product, Trivial, U1, Z2, Zn};
+    use rand::seq::SliceRandom;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// A sector kind under test: a pool of labels to draw legs from, and whether its legs are
+    /// tilings (repeated sectors) rather than symmetric legs.
+    trait Kind: AbelianSector {
+        const TILED: bool = false;
+        fn pool() -> Vec<Self>;
+    }
+    impl Kind for Trivial {
+        const TILED: bool = true;
+        fn pool() -> Vec<Self> {
+            vec![Trivial]
+        }
+    }
+    impl Kind for U1 {
+        fn pool() -> Vec<Self> {
+            (-2..=2).map(U1).collect()
+        }
+    }
+    impl Kind for Zn<3> {
+        fn pool() -> Vec<Self> {
+            (0..3).map(Zn::new).collect()
+        }
+    }
+    impl Kind for Product<U1, U1> {
+        fn pool() -> Vec<Self> {
+            (-1..=1)
+                .flat_map(|a| (-1..=1).map(move |b| Product(U1(a), U1(b))))
+                .collect()
+        }
+    }
+    impl Kind for Product<U1, Z2> {
+        fn pool() -> Vec<Self> {
+            (-1..=1)
+                .flat_map(|a| (0..2).map(move |b| Product(U1(a), Z2::new(b))))
+                .collect()
+        }
+    }
+    impl Kind for Product<U1, FermionParity> {
+        fn pool() -> Vec<Self> {
+            (-1..=1)
+                .flat_map(|a| [false, true].map(|p| Product(U1(a), FermionParity::new(p))))
+                .collect()
+        }
+    }
+
+    /// Runs a generic check for every sector kind: the one shared list.
+    macro_rules! for_each_kind {
+        ($check:ident) => {
+            $check::<Trivial>(0x11);
+            $check::<U1>(0x22);
+            $check::<Zn<3>>(0x33);
+            $check::<Product<U1, U1>>(0x44);
+            $check::<Product<U1, Z2>>(0x55);
+            $check::<Product<U1, FermionParity>>(0x66);
+        };
+    }
+
+    const CASES: usize = 300;
+
+    fn random_leg<S: Kind>(rng: &mut ChaCha8Rng) -> Leg<S> {
+        let dir = if rng.gen_bool(0.5) {
+            Direction::In
+        } else {
+            Direction::Out
+        };
+        if rng.gen_ratio(1, 40) {
+            return Leg::new(dir, []).unwrap();
+        }
+        let mut pool = S::pool();
+        if S::TILED {
+            let n = rng.gen_range(1..=4);
+            let segs: Vec<_> = (0..n)
+                .map(|_| (pool[0].clone(), rng.gen_range(1..=3)))
+                .collect();
+            return Leg::tiled(dir, segs).unwrap();
+        }
+        pool.shuffle(rng);
+        // Biased towards many segments, so that sectors have several rows and columns.
+        let most = pool.len().min(5);
+        let n = rng.gen_range(1..=most).max(rng.gen_range(1..=most));
+        let segs: Vec<_> = pool
+            .into_iter()
+            .take(n)
+            .map(|s| (s, rng.gen_range(1..=3)))
+            .collect();
+        Leg::new(dir, segs).unwrap()
+    }
+
+    fn random_structure<S: Kind>(rng: &mut ChaCha8Rng) -> BlockStructure<S> {
+        // Mostly three or four legs, split near the middle: sector matrices with several
+        // rows and columns.
+        let n = [0, 1, 2, 2, 3, 3, 3, 4, 4, 4][rng.gen_range(0..10)];
+        let legs: Vec<Leg<S>> = (0..n).map(|_| random_leg(rng)).collect();
+        let n_codomain = if rng.gen_bool(0.8) {
+            n / 2 + rng.gen_range(0..=n % 2)
+        } else {
+            rng.gen_range(0..=n)
+        };
+        // Mostly a flux that some block conserves, sometimes any label.
+        let flux = if rng.gen_bool(0.85) && legs.iter().all(|l| l.num_segments() > 0) {
+            legs.iter().fold(S::trivial(), |acc, l| {
+                let i = rng.gen_range(0..l.num_segments());
+                acc.fuse_abelian(&l.effective_sector(i).unwrap())
+            })
+        } else {
+            S::pool().choose(rng).unwrap().clone()
+        };
+        BlockStructure::from_legs(legs, n_codomain, flux).unwrap()
+    }
+
+    fn random_mask(rng: &mut ChaCha8Rng, n: usize) -> BitVec {
+        let p = rng.gen_range(0.0..1.0);
+        (0..n).map(|_| rng.gen_bool(p)).collect()
+    }
+
+    /// Every tuple of segments, first leg fastest.
+    fn all_tuples<S: Sector>(legs: &[Leg<S>]) -> Vec<Vec<usize>> {
+        let mut out = vec![vec![]];
+        for l in legs {
+            out = (0..l.num_segments())
+                .flat_map(|i| {
+                    out.iter().map(move |t| {
+                        let mut t = t.clone();
+                        t.push(i);
+                        t
+                    })
+                })
+                .collect();
+        }
+        // Each new leg is the outer loop, so the first leg is fastest.
+        out
+    }
+
+    fn multi_indices(shape: &[usize]) -> Vec<Vec<usize>> {
+        let mut out = vec![vec![]];
+        for &d in shape {
+            out = (0..d)
+                .flat_map(|i| {
+                    out.iter().map(move |t| {
+                        let mut t = t.clone();
+                        t.push(i);
+                        t
+                    })
+                })
+                .collect();
+        }
+        out
+    }
+
+    fn conserves<S: AbelianSector>(legs: &[Leg<S>], t: &[usize], flux: &S) -> bool {
+        let effs: Vec<S> = legs
+            .iter()
+            .zip(t)
+            .map(|(l, &i)| l.effective_sector(i).unwrap())
+            .collect();
+        S::fuse_all(&effs) == *flux
+    }
+
+    /// The invariants of the module docs, checked by brute force.
+    fn check_invariants<S: AbelianSector>(s: &BlockStructure<S>) {
+        let n = s.num_legs();
+        let nc = s.n_codomain();
+        // Allowed set and lookups against brute force.
+        let tuples = all_tuples(s.legs());
+        let allowed = tuples
+            .iter()
+            .filter(|t| conserves(s.legs(), t, s.flux()))
+            .count();
+        assert_eq!(allowed, s.num_allowed());
+        for t in &tuples {
+            assert_eq!(s.is_allowed(t), Ok(conserves(s.legs(), t, s.flux())));
+            if let Some(id) = s.block_id(t) {
+                assert_eq!(s.block(id).unwrap().segments(), &t[..]);
+            }
+        }
+        assert_eq!(s.present_mask().count_ones(), s.num_blocks());
+        assert_eq!(s.is_empty(), s.num_blocks() == 0);
+
+        // Blocks: descriptors, conservation, canonical order, lookups.
+        let unique = s.legs().iter().all(Leg::has_unique_sectors);
+        let mut prev_allowed = None;
+        for b in s.blocks() {
+            assert_eq!(b.segments().len(), n);
+            assert!(conserves(s.legs(), b.segments(), s.flux()), "{b:?}");
+            for (l, leg) in s.legs().iter().enumerate() {
+                let seg = &leg.segments()[b.segments()[l]];
+                assert_eq!(b.sectors()[l], seg.sector);
+                assert_eq!(b.shape()[l], seg.dim);
+            }
+            assert_eq!(b.len(), b.shape().iter().product::<usize>());
+            assert!(prev_allowed < Some(b.allowed_index()));
+            prev_allowed = Some(b.allowed_index());
+            assert!(s.present_mask()[b.allowed_index()]);
+            assert_eq!(s.block_id(b.segments()), Some(b.id()));
+            if unique {
+                assert_eq!(s.block_id_by_sectors(b.sectors()), Ok(Some(b.id())));
+            }
+            let c = S::fuse_all(
+                &s.legs()[..nc]
+                    .iter()
+                    .zip(b.segments())
+                    .map(|(l, &i)| l.effective_sector(i).unwrap())
+                    .collect::<Vec<_>>(),
+            );
+            assert_eq!(b.coupled_sector().sector(), &c);
+            assert!(b.coupled_sector().blocks().contains(&b.id()));
+            let (rows, cols) = (b.rows(), b.cols());
+            assert_eq!(rows.len(), b.shape()[..nc].iter().product::<usize>());
+            assert_eq!(cols.len(), b.shape()[nc..].iter().product::<usize>());
+            assert!(rows.end <= b.coupled_sector().rows());
+            assert!(cols.end <= b.coupled_sector().cols());
+        }
+
+        // Sector regions tile the allocation, in increasing sector order.
+        let mut end = 0;
+        let mut next_block = 0;
+        for (k, sec) in s.sectors().iter().enumerate() {
+            assert_eq!(sec.offset(), end);
+            assert_eq!(sec.blocks().start, next_block);
+            assert!(!sec.blocks().is_empty() && !sec.is_empty());
+            if k > 0 {
+                assert!(s.sectors()[k - 1].sector() < sec.sector());
+            }
+            assert_eq!(s.sector_index(sec.sector()), Some(k));
+            if sec.is_dense() {
+                assert_eq!(sec.len(), sec.rows() * sec.cols());
+            }
+            end += sec.len();
+            next_block = sec.blocks().end;
+        }
+        assert_eq!(end, s.total_len());
+        assert_eq!(next_block, s.num_blocks());
+
+        // Element ranges: disjoint, exactly covering, inside the sector matrix, and the
+        // reshape is column-major inside the row and column ranges.
+        let mut cover = vec![false; s.total_len()];
+        let mut elements = 0;
+        for b in s.blocks() {
+            let sec = b.coupled_sector();
+            for idx in multi_indices(b.shape()) {
+                let off = b.element_offset(&idx).unwrap();
+                assert!((sec.offset()..sec.offset() + sec.len()).contains(&off));
+                assert!(!cover[off], "element {off} of block {} overlaps", b.id());
+                cover[off] = true;
+                elements += 1;
+                let linear = |range: Range<usize>, shape: &[usize], i: &[usize]| {
+                    let mut x = 0;
+                    let mut m = 1;
+                    for (&d, &v) in shape.iter().zip(i) {
+                        x += v * m;
+                        m *= d;
+                    }
+                    range.start + x
+                };
+                let r = linear(b.rows(), &b.shape()[..nc], &idx[..nc]);
+                let c = linear(b.cols(), &b.shape()[nc..], &idx[nc..]);
+                if sec.is_dense() {
+                    assert_eq!(off - sec.offset(), r + c * sec.rows());
+                } else {
+                    let rr = r - b.rows().start;
+                    let cc = c - b.cols().start;
+                    assert_eq!(off - b.offset(), rr + cc * b.rows().len());
+                }
+            }
+            assert_eq!(b.element_offset(&vec![0; n + 1]), None);
+        }
+        assert_eq!(elements, s.total_len());
+        assert!(cover.iter().all(|&x| x));
+        assert_eq!(s.block(s.num_blocks()).map(|b| b.id()), None);
+    }
+
+    fn random_invariants<S: Kind>(seed: u64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut nonempty = 0;
+        for _ in 0..CASES {
+            let s = random_structure::<S>(&mut rng);
+            check_invariants(&s);
+            nonempty += usize::from(!s.is_empty());
+            // Dense without a mask.
+            assert!(s.sectors().iter().all(CoupledSector::is_dense));
+            // Rebuilding gives an equal structure and the same fingerprint.
+            let again =
+                BlockStructure::from_legs(s.legs().to_vec(), s.n_codomain(), s.flux().clone())
+                    .unwrap();
+            assert_eq!(again, s);
+            assert_eq!(again.fingerprint(), s.fingerprint());
+        }
+        assert!(
+            nonempty > CASES / 2,
+            "the generator should mostly give blocks"
+        );
+    }
+
+    fn random_masks<S: Kind>(seed: u64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        for _ in 0..CASES {
+            let s = random_structure::<S>(&mut rng);
+            let mask = random_mask(&mut rng, s.num_allowed());
+            let m = s.with_present(&mask).unwrap();
+            check_invariants(&m);
+            assert_eq!(m.present_mask(), &mask[..]);
+            assert_eq!(m.num_blocks(), mask.count_ones());
+            if mask.not_any() {
+                assert_eq!((m.total_len(), m.sectors().len()), (0, 0));
+            }
+            if !mask.is_empty() && mask != s.present_mask() {
+                assert_ne!(m.fingerprint(), s.fingerprint());
+            }
+            // Screening keeps exactly the blocks at or above the threshold.
+            let norms: Vec<f64> = (0..m.num_blocks())
+                .map(|_| rng.gen_range(0.0..1.0))
+                .collect();
+            let r = m.screened(|id| norms[id], 0.5).unwrap();
+            check_invariants(&r.structure);
+            for b in m.blocks() {
+                match r.block_map[b.id()] {
+                    Some(new) => {
+                        assert!(norms[b.id()] >= 0.5);
+                        let nb = r.structure.block(new).unwrap();
+                        assert_eq!(nb.segments(), b.segments());
+                        assert_eq!(nb.allowed_index(), b.allowed_index());
+                    }
+                    None => assert!(norms[b.id()] < 0.5),
+                }
+            }
+        }
+    }
+
+    fn random_perm(rng: &mut ChaCha8Rng, n: usize) -> Vec<usize> {
+        let mut p: Vec<usize> = (0..n).collect();
+        p.shuffle(rng);
+        p
+    }
+
+    fn random_permutations<S: Kind>(seed: u64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        for case in 0..CASES {
+            let mut s = random_structure::<S>(&mut rng);
+            if case % 2 == 1 {
+                let mask = random_mask(&mut rng, s.num_allowed());
+                s = s.with_present(&mask).unwrap();
+            }
+            let n = s.num_legs();
+            let perm = random_perm(&mut rng, n);
+            let nc = rng.gen_range(0..=n);
+            let p = s.permuted(&perm, nc).unwrap();
+            let t = &p.structure;
+            check_invariants(t);
+            assert_eq!(t.num_blocks(), s.num_blocks());
+            assert_eq!(t.num_allowed(), s.num_allowed());
+            assert_eq!(t.total_len(), s.total_len());
+            assert_eq!(t.flux(), s.flux());
+            let mut hit = vec![false; t.num_blocks()];
+            for b in s.blocks() {
+                let nb = t.block(p.block_map[b.id()]).unwrap();
+                assert!(!std::mem::replace(&mut hit[nb.id()], true));
+                for (k, &pk) in perm.iter().enumerate() {
+                    assert_eq!(nb.segments()[k], b.segments()[pk]);
+                    assert_eq!(nb.shape()[k], b.shape()[pk]);
+                }
+                assert_eq!(nb.len(), b.len());
+                // The sign by its definition, counted over pairs of old legs.
+                let odd = |l: usize| b.sectors()[l].parity();
+                let pos = |l: usize| perm.iter().position(|&x| x == l).unwrap();
+                let mut m = 0;
+                for x in 0..n {
+                    for y in x + 1..n {
+                        m += usize::from(odd(x) && odd(y) && pos(x) > pos(y));
+                    }
+                }
+                assert_eq!(p.sign(b.id()), Some(if m % 2 == 0 { 1 } else { -1 }));
+            }
+            // Permuting back restores the structure; ids and signs compose to the identity.
+            let mut inv = vec![0; n];
+            for (k, &x) in perm.iter().enumerate() {
+                inv[x] = k;
+            }
+            let back = t.permuted(&inv, s.n_codomain()).unwrap();
+            assert_eq!(back.structure, s);
+            for b in s.blocks() {
+                let mid = p.block_map[b.id()];
+                assert_eq!(back.block_map[mid], b.id());
+                assert_eq!(p.sign(b.id()).unwrap() * back.sign(mid).unwrap(), 1);
+            }
+            // The adjoint is an involution and transposes every block.
+            let a = s.adjoint().unwrap();
+            check_invariants(&a.structure);
+            assert_eq!(a.structure.num_blocks(), s.num_blocks());
+            assert_eq!(a.structure.flux(), &s.flux().dual());
+            for b in s.blocks() {
+                let ab = a.structure.block(a.block_map[b.id()].unwrap()).unwrap();
+                assert_eq!(
+                    (ab.rows().len(), ab.cols().len()),
+                    (b.cols().len(), b.rows().len())
+                );
+            }
+            assert_eq!(a.structure.adjoint().unwrap().structure, s);
+        }
+    }
+
+    #[test]
+    fn random_structures_keep_their_invariants() {
+        for_each_kind!(random_invariants);
+    }
+
+    #[test]
+    fn random_masks_and_screening() {
+        for_each_kind!(random_masks);
+    }
+
+    #[test]
+    fn random_permutations_and_adjoints() {
+        for_each_kind!(random_permutations);
+    }
+
+    #[test]
+    fn generator_exercises_the_interesting_cases() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let (mut packed, mut negative, mut blocks) = (0, 0, 0);
+        for _ in 0..CASES {
+            let s = random_structure::<Product<U1, FermionParity>>(&mut rng);
+            let mask = random_mask(&mut rng, s.num_allowed());
+            let m = s.with_present(&mask).unwrap();
+            packed += m.sectors().iter().filter(|c| !c.is_dense()).count();
+            let perm = random_perm(&mut rng, s.num_legs());
+            negative += s.permuted(&perm, 0).unwrap().negative.count_ones();
+            blocks += s.num_blocks();
+        }
+        assert!(packed > 10, "packed sectors: {packed}");
+        assert!(negative > 10, "negative signs: {negative}");
+        assert!(blocks > 1000, "blocks: {blocks}");
+    }
+
+    fn u1(dir: Direction, segs: &[(i32, usize)]) -> Leg<U1> {
+        Leg::new(dir, segs.iter().map(|&(q, d)| (U1(q), d))).unwrap()
+    }
+
+    #[test]
+    fn layout_by_hand() {
+        // Codomain: a (In: q=0 dim 1, q=1 dim 2) x b (In: q=0 dim 3, q=1 dim 1);
+        // domain: c (Out: q=0 dim 2, q=1 dim 1, q=2 dim 1); flux 0.
+        let a = u1(Direction::In, &[(0, 1), (1, 2)]);
+        let b = u1(Direction::In, &[(0, 3), (1, 1)]);
+        let c = u1(Direction::Out, &[(0, 2), (1, 1), (2, 1)]);
+        let s = BlockStructure::new([a, b], [c], U1(0)).unwrap();
+        // Coupled 0: rows (0,0) -> 3; cols c0 -> 2.   3 x 2 at 0.
+        // Coupled 1: rows (1,0) -> 6, (0,1) -> 1; cols c1 -> 1.   7 x 1 at 6.
+        // Coupled 2: rows (1,1) -> 2; cols c2 -> 1.   2 x 1 at 13.
+        let secs: Vec<_> = s
+            .sectors()
+            .iter()
+            .map(|x| (x.sector().0, x.offset(), x.rows(), x.cols()))
+            .collect();
+        assert_eq!(secs, vec![(0, 0, 3, 2), (1, 6, 7, 1), (2, 13, 2, 1)]);
+        assert_eq!(s.total_len(), 15);
+        assert_eq!(s.num_blocks(), 4);
+        let b = s.block(s.block_id(&[0, 1, 1]).unwrap()).unwrap();
+        assert_eq!((b.offset(), b.rows(), b.cols()), (12, 6..7, 0..1));
+        let b = s.block(s.block_id(&[1, 0, 1]).unwrap()).unwrap();
+        assert_eq!(
+            (b.offset(), b.shape(), b.strides()),
+            (6, &[2, 3, 1][..], &[1, 2, 7][..])
+        );
+        let b = s.block(0).unwrap();
+        assert_eq!((b.shape(), b.strides()), (&[1, 3, 2][..], &[1, 1, 3][..]));
+        assert_eq!(b.element_offset(&[0, 2, 1]), Some(5));
+        assert_eq!(b.element_offset(&[0, 3, 1]), None);
+        assert_eq!(s.block_id(&[0, 0, 1]), None);
+        assert_eq!(s.is_allowed(&[0, 0, 1]), Ok(false));
+        assert_eq!(s.block_id_by_sectors(&[U1(1), U1(1), U1(2)]), Ok(Some(3)));
+        assert_eq!(s.block_id_by_sectors(&[U1(5), U1(1), U1(2)]), Ok(None));
+
+        // A mask that drops the (0,1) row of coupled sector 1 keeps it dense (6 x 1); one that
+        // leaves a hole makes a packed sector.
+        let mut mask = BitVec::repeat(true, 4);
+        mask.set(2, false);
+        let m = s.with_present(&mask).unwrap();
+        assert_eq!(m.sectors()[1].rows(), 6);
+        assert!(m.sectors()[1].is_dense());
+        assert_eq!(m.total_len(), 6 + 6 + 2);
+
+        // Two-by-two legs, each (q=0 dim 1, q=1 dim 2): coupled sector 1 has rows (1,0),
+        // (0,1) and columns likewise, four 2x2 blocks (allowed indices 1..5).
+        let l = u1(Direction::In, &[(0, 1), (1, 2)]);
+        let s = BlockStructure::new([l.clone(), l.clone()], [l.dual(), l.dual()], U1(0)).unwrap();
+        assert_eq!((s.num_allowed(), s.total_len()), (6, 1 + 16 + 16));
+        let mut mask = BitVec::repeat(true, 6);
+        mask.set(2, false); // row (0,1), column (1,0): a hole
+        let m = s.with_present(&mask).unwrap();
+        let sec = &m.sectors()[1];
+        assert!(!sec.is_dense());
+        assert_eq!(
+            (sec.offset(), sec.len(), sec.rows(), sec.cols()),
+            (1, 12, 4, 4)
+        );
+        let b = m.block(m.block_id(&[1, 0, 0, 1]).unwrap()).unwrap();
+        assert_eq!((b.offset(), b.rows(), b.cols()), (5, 0..2, 2..4));
+        assert_eq!(b.strides(), &[1, 2, 2, 2][..]);
+        assert_eq!(m.sectors()[2].offset(), 13);
+        assert_eq!(m.total_len(), 29);
+        check_invariants(&m);
+    }
+
+    #[test]
+    fn fermionic_signs_by_hand() {
+        type F = Product<U1, FermionParity>;
+        let odd = Product(U1(1), FermionParity::ODD);
+        let even = Product(U1(0), FermionParity::EVEN);
+        let leg = |dir| Leg::<F>::new(dir, [(even, 1), (odd, 1)]).unwrap();
+        // Four legs In, In, Out, Out, flux 0.
+        let s = BlockStructure::new(
+            [leg(Direction::In), leg(Direction::In)],
+            [leg(Direction::Out), leg(Direction::Out)],
+            F::trivial(),
+        )
+        .unwrap();
+        let id = |t: &[usize]| s.block_id(t).unwrap();
+        // Swap the first two legs: only the block with both of them odd changes sign.
+        let p = s.permuted(&[1, 0, 2, 3], 2).unwrap();
+        assert_eq!(p.sign(id(&[1, 1, 1, 1])), Some(-1));
+        assert_eq!(p.sign(id(&[1, 0, 1, 0])), Some(1));
+        assert_eq!(p.sign(id(&[0, 0, 0, 0])), Some(1));
+        // Cyclic shift (3, 0, 1, 2): leg 3 crosses legs 0, 1, 2.
+        let p = s.permuted(&[3, 0, 1, 2], 1).unwrap();
+        assert_eq!(p.sign(id(&[1, 1, 1, 1])), Some(-1)); // three odd crossings
+        assert_eq!(p.sign(id(&[1, 0, 0, 1])), Some(-1)); // one
+        assert_eq!(p.sign(id(&[1, 0, 1, 0])), Some(1)); // leg 3 even: none
+        assert_eq!(p.sign(id(&[0, 1, 1, 0])), Some(1));
+        // Full reversal: 6 crossings among four odd legs.
+        let p = s.permuted(&[3, 2, 1, 0], 2).unwrap();
+        assert_eq!(p.sign(id(&[1, 1, 1, 1])), Some(1));
+        assert_eq!(p.sign(id(&[1, 0, 0, 1])), Some(-1));
+        assert_eq!(p.sign(s.num_blocks()), None);
+        // Bosonic sectors never pick up a sign.
+        let u = BlockStructure::new(
+            [u1(Direction::In, &[(1, 1)])],
+            [u1(Direction::In, &[(-1, 1)])],
+            U1(0),
+        )
+        .unwrap();
+        assert!(u.permuted(&[1, 0], 1).unwrap().negative.not_any());
+    }
+
+    #[test]
+    fn scalars_and_empty_structures() {
+        let s = BlockStructure::<U1>::new([], [], U1(0)).unwrap();
+        assert_eq!((s.num_blocks(), s.total_len()), (1, 1));
+        let b = s.block(0).unwrap();
+        assert_eq!(
+            (b.shape(), b.len(), b.element_offset(&[])),
+            (&[][..], 1, Some(0))
+        );
+        assert!(BlockStructure::<U1>::new([], [], U1(1)).unwrap().is_empty());
+        // No allowed block is an empty structure, not an error.
+        let e = BlockStructure::new(
+            [u1(Direction::In, &[(1, 2)])],
+            [u1(Direction::Out, &[(0, 2)])],
+            U1(0),
+        )
+        .unwrap();
+        assert!(e.is_empty());
+        assert_eq!(
+            (e.total_len(), e.num_allowed(), e.sectors().len()),
+            (0, 0, 0)
+        );
+        check_invariants(&e);
+        let z =
+            BlockStructure::new([Leg::<U1>::new(Direction::In, []).unwrap()], [], U1(0)).unwrap();
+        assert!(z.is_empty());
+    }
+
+    #[test]
+    fn misuse_is_typed() {
+        let a = u1(Direction::In, &[(0, 2), (1, 1)]);
+        let s = BlockStructure::new([a.clone()], [a.dual()], U1(0)).unwrap();
+        assert_eq!(
+            BlockStructure::from_legs(vec![a.clone()], 2, U1(0)).unwrap_err(),
+            Error::SplitOutOfRange {
+                n_codomain: 2,
+                legs: 1
+            }
+        );
+        assert_eq!(
+            s.with_present(&BitVec::repeat(true, 3)).unwrap_err(),
+            Error::MaskLength {
+                expected: 2,
+                given: 3
+            }
+        );
+        for bad in [vec![0], vec![0, 0], vec![1, 2], vec![0, 1, 2]] {
+            assert_eq!(
+                s.permuted(&bad, 1).unwrap_err(),
+                Error::InvalidPermutation {
+                    legs: 2,
+                    given: bad.clone()
+                }
+            );
+        }
+        assert_eq!(
+            s.permuted(&[1, 0], 3).unwrap_err(),
+            Error::SplitOutOfRange {
+                n_codomain: 3,
+                legs: 2
+            }
+        );
+        assert!(matches!(
+            s.screened(|_| 1.0, f64::NAN),
+            Err(Error::InvalidThreshold { .. })
+        ));
+        assert!(matches!(
+            s.screened(|_| 1.0, -1.0),
+            Err(Error::InvalidThreshold { .. })
+        ));
+        assert!(matches!(
+            s.screened(|id| if id == 1 { f64::NAN } else { 1.0 }, 0.5),
+            Err(Error::InvalidNorm { block: 1, .. })
+        ));
+        assert_eq!(
+            s.block_id_by_sectors(&[U1(0)]),
+            Err(Error::ArityMismatch {
+                expected: 2,
+                given: 1
+            })
+        );
+        assert_eq!(
+            s.is_allowed(&[0]),
+            Err(Error::ArityMismatch {
+                expected: 2,
+                given: 1
+            })
+        );
+        assert_eq!(
+            s.is_allowed(&[0, 5]),
+            Err(Error::SegmentOutOfRange {
+                leg: 1,
+                segment: 5,
+                segments: 2
+            })
+        );
+        assert_eq!(s.block_id(&[0]), None);
+        assert_eq!(s.block_id(&[0, 9]), None);
+        let t = Leg::<Trivial>::tiling(&[1, 2]).unwrap();
+        let ts = BlockStructure::new([t.clone()], [t.dual()], Trivial).unwrap();
+        assert_eq!(ts.num_blocks(), 4);
+        assert_eq!(
+            ts.block_id_by_sectors(&[Trivial, Trivial]),
+            Err(Error::AmbiguousSector {
+                leg: 0,
+                sector: "Trivial".into()
+            })
+        );
+        let msg = Error::MaskLength {
+            expected: 2,
+            given: 3,
+        }
+        .to_string();
+        assert!(msg.contains("expected") && msg.contains('3'), "{msg}");
+        let huge = Leg::<Trivial>::tiling(&[usize::MAX / 2]).unwrap();
+        assert!(matches!(
+            BlockStructure::new([huge.clone()], [huge], Trivial),
+            Err(Error::Overflow { .. })
+        ));
+    }
+
+    #[test]
+    fn fingerprints_distinguish_what_they_hash() {
+        const PIN: u64 = 0x0180_df24_3cc6_fcf7;
+        let a = u1(Direction::In, &[(0, 2), (1, 1)]);
+        let s = BlockStructure::new([a.clone()], [a.dual()], U1(0)).unwrap();
+        let f = s.fingerprint();
+        assert_eq!(
+            BlockStructure::new([a.clone()], [a.dual()], U1(0))
+                .unwrap()
+                .fingerprint(),
+            f
+        );
+        let others = [
+            BlockStructure::new([a.clone()], [a.dual()], U1(1)).unwrap(),
+            BlockStructure::new([a.clone(), a.dual()], [], U1(0)).unwrap(),
+            BlockStructure::new([a.dual()], [a.clone()], U1(0)).unwrap(),
+            BlockStructure::new([a.clone()], [a.clone()], U1(1)).unwrap(),
+            s.with_present(&BitVec::repeat(false, 2)).unwrap(),
+        ];
+        for o in &others {
+            assert_ne!(o.fingerprint(), f, "{o:?}");
+            assert_ne!(o, &s);
+        }
+        // Stable across processes and platforms: pinned (changing the hash or the canonical
+        // layout is a deliberate, versioned change).
+        assert_eq!(f, PIN, "fingerprint {f:#018x}");
+    }
+}

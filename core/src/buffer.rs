@@ -1,0 +1,679 @@
+//! One shared, 64-byte-aligned backing allocation, and the strided views into it.
+//!
+//! Owns: [`SharedBuffer`] (the owner token of an array's storage: one allocation, its length
+//! and its [`Domain`]) and [`StridedRef`] / [`StridedMut`] (the resolved views a block kernel
+//! gets). Invariants:
+//!
+//! - Every view's pointer is derived from the allocation's own base pointer (so it has
+//!   provenance over the whole allocation), and every element a view can index lies inside
+//!   the allocation: checked once, when the view's descriptor is made
+//!   ([`SharedBuffer::check_extent`]).
+//! - A view never outlives the grant that allowed it: views borrow from the region that
+//!   resolved them, with an invariant lifetime, and are not `Send`.
+
+use crate::domain::Domain;
+use smallvec::SmallVec;
+use std::alloc::Layout;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+/// The alignment of every backing allocation, in bytes (one cache line, one AVX-512 vector).
+pub const ALIGN: usize = 64;
+
+/// Element types a buffer can hold: plain data for which the all-zero bit pattern is zero.
+///
+/// # Safety
+///
+/// The all-zero bit pattern must be a valid value of `Self` (it is what a new buffer holds),
+/// and `Self` must have no drop glue.
+pub unsafe trait Zeroable: Copy + Send + Sync + 'static {}
+
+// SAFETY: plain numbers; all-zero is 0 (or 0.0).
+unsafe impl Zeroable for f32 {}
+// SAFETY: as above.
+unsafe impl Zeroable for f64 {}
+// SAFETY: as above.
+unsafe impl Zeroable for u64 {}
+// SAFETY: as above.
+unsafe impl Zeroable for i64 {}
+// SAFETY: as above.
+unsafe impl Zeroable for u32 {}
+// SAFETY: as above.
+unsafe impl Zeroable for i32 {}
+// SAFETY: two `f32`s; all-zero is 0 + 0i.
+unsafe impl Zeroable for num_complex::Complex<f32> {}
+// SAFETY: two `f64`s; all-zero is 0 + 0i.
+unsafe impl Zeroable for num_complex::Complex<f64> {}
+
+/// One backing allocation of `len` elements, zeroed at creation.
+pub struct SharedBuffer<T> {
+    ptr: NonNull<T>,
+    len: usize,
+    domain: Domain,
+}
+
+// SAFETY: the buffer is plain memory of `T: Send + Sync`; who may touch which element when is
+// decided by the hazard records that accompany every view's region, not by the buffer.
+unsafe impl<T: Zeroable> Send for SharedBuffer<T> {}
+// SAFETY: as above; shared references only hand out raw access through `unsafe` methods.
+unsafe impl<T: Zeroable> Sync for SharedBuffer<T> {}
+
+impl<T> std::fmt::Debug for SharedBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedBuffer")
+            .field("len", &self.len)
+            .field("domain", &self.domain)
+            .finish()
+    }
+}
+
+impl<T: Zeroable> SharedBuffer<T> {
+    fn layout(len: usize) -> Layout {
+        let bytes = len
+            .max(1)
+            .checked_mul(size_of::<T>().max(1))
+            .expect("allocation size overflows usize");
+        Layout::from_size_align(bytes, ALIGN.max(align_of::<T>())).expect("valid layout")
+    }
+
+    /// A zeroed host allocation of `len` elements, aligned to [`ALIGN`] bytes.
+    pub fn zeroed(len: usize) -> Self {
+        let layout = Self::layout(len);
+        // SAFETY: the layout has a non-zero size (at least one element, at least one byte).
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw.cast::<T>()) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        Self {
+            ptr,
+            len,
+            domain: Domain::Cpu,
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where the bytes live.
+    pub fn domain(&self) -> Domain {
+        self.domain
+    }
+
+    /// The base address (for alignment checks and diagnostics).
+    pub fn as_ptr(&self) -> *const T {
+        self.ptr.as_ptr()
+    }
+
+    /// Whether a strided view at `offset` with `dims` and `strides` stays inside the buffer.
+    pub fn check_extent(&self, offset: usize, dims: &[usize], strides: &[isize]) -> bool {
+        if dims.len() != strides.len() {
+            return false;
+        }
+        if dims.contains(&0) {
+            return offset <= self.len;
+        }
+        let (mut lo, mut hi) = (offset as i128, offset as i128);
+        for (&d, &s) in dims.iter().zip(strides) {
+            let reach = (d as i128 - 1) * s as i128;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        lo >= 0 && hi < self.len as i128
+    }
+
+    /// A shared strided view.
+    ///
+    /// # Safety
+    ///
+    /// `check_extent(offset, dims, strides)` holds, and the caller holds a granted read of
+    /// every hazard record covering those elements while the view lives.
+    pub unsafe fn view(
+        &self,
+        offset: usize,
+        dims: &[usize],
+        strides: &[isize],
+    ) -> StridedRef<'_, T> {
+        debug_assert!(self.check_extent(offset, dims, strides));
+        StridedRef {
+            // SAFETY: `offset <= len` by the extent check, so the pointer stays in bounds.
+            ptr: unsafe { self.ptr.as_ptr().add(offset) },
+            dims: dims.into(),
+            strides: strides.into(),
+            _life: PhantomData,
+        }
+    }
+
+    /// An exclusive strided view.
+    ///
+    /// # Safety
+    ///
+    /// `check_extent(offset, dims, strides)` holds, no two elements of the view alias (the
+    /// strides map distinct indices to distinct elements), and the caller holds a granted
+    /// write of every hazard record covering those elements while the view lives.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn view_mut(
+        &self,
+        offset: usize,
+        dims: &[usize],
+        strides: &[isize],
+    ) -> StridedMut<'_, T> {
+        debug_assert!(self.check_extent(offset, dims, strides));
+        StridedMut {
+            // SAFETY: `offset <= len` by the extent check, so the pointer stays in bounds.
+            ptr: unsafe { self.ptr.as_ptr().add(offset) },
+            dims: dims.into(),
+            strides: strides.into(),
+            _life: PhantomData,
+        }
+    }
+}
+
+impl<T> Drop for SharedBuffer<T> {
+    fn drop(&mut self) {
+        let bytes = self.len.max(1) * size_of::<T>().max(1);
+        let layout =
+            Layout::from_size_align(bytes, ALIGN.max(align_of::<T>())).expect("valid layout");
+        // SAFETY: allocated in `zeroed` with this very layout; nothing references it now (every
+        // view borrows from a region that holds this buffer alive).
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) }
+    }
+}
+
+/// A shared strided view: `dims.len()` axes, element `(i0, i1, ..)` at
+/// `ptr + sum(i_k * strides[k])`.
+pub struct StridedRef<'a, T> {
+    ptr: *const T,
+    dims: SmallVec<[usize; 4]>,
+    strides: SmallVec<[isize; 4]>,
+    _life: PhantomData<&'a [T]>,
+}
+
+/// An exclusive strided view.
+pub struct StridedMut<'a, T> {
+    ptr: *mut T,
+    dims: SmallVec<[usize; 4]>,
+    strides: SmallVec<[isize; 4]>,
+    _life: PhantomData<&'a mut [T]>,
+}
+
+fn linear(dims: &[usize], strides: &[isize], index: &[usize]) -> Option<isize> {
+    if index.len() != dims.len() {
+        return None;
+    }
+    let mut at = 0_isize;
+    for ((&i, &d), &s) in index.iter().zip(dims).zip(strides) {
+        if i >= d {
+            return None;
+        }
+        at += i as isize * s;
+    }
+    Some(at)
+}
+
+/// Calls `f(k, offset)` for every element in column-major order (first axis fastest).
+fn for_each_offset(dims: &[usize], strides: &[isize], mut f: impl FnMut(usize, isize)) {
+    if dims.contains(&0) {
+        return;
+    }
+    let n: usize = dims.iter().product();
+    let mut index: SmallVec<[usize; 4]> = smallvec::smallvec![0; dims.len()];
+    let mut at = 0_isize;
+    for k in 0..n {
+        f(k, at);
+        for axis in 0..dims.len() {
+            index[axis] += 1;
+            at += strides[axis];
+            if index[axis] < dims[axis] {
+                break;
+            }
+            at -= strides[axis] * dims[axis] as isize;
+            index[axis] = 0;
+        }
+    }
+}
+
+/// How many leading axes are laid out densely (column-major, unit stride first), and the
+/// number of elements they span: one contiguous run.
+fn dense_prefix(dims: &[usize], strides: &[isize]) -> (usize, usize) {
+    let mut run = 1_usize;
+    for (axis, (&d, &s)) in dims.iter().zip(strides).enumerate() {
+        if d != 1 && s != run as isize {
+            return (axis, run);
+        }
+        run *= d;
+    }
+    (dims.len(), run)
+}
+
+/// Calls `f(k, offsets)` for every contiguous run shared by several views of the same shape:
+/// `k` is the column-major position of the run's first element, `offsets[v]` its offset in
+/// view `v`, and every run has `run` elements. Views of equal dims and equal dense prefixes
+/// get long runs; otherwise runs shrink (to single elements at worst), never wrong.
+fn for_each_common_run<const V: usize>(
+    dims: &[usize],
+    strides: [&[isize]; V],
+    mut f: impl FnMut(usize, usize, [isize; V]),
+) {
+    if dims.contains(&0) {
+        return;
+    }
+    let axes = strides
+        .iter()
+        .map(|s| dense_prefix(dims, s).0)
+        .min()
+        .unwrap_or(dims.len());
+    let run: usize = dims[..axes].iter().product();
+    let outer = &dims[axes..];
+    let n_outer: usize = outer.iter().product();
+    let mut index: SmallVec<[usize; 4]> = smallvec::smallvec![0; outer.len()];
+    let mut at = [0_isize; V];
+    for j in 0..n_outer {
+        f(j * run, run, at);
+        for (axis, i) in index.iter_mut().enumerate() {
+            *i += 1;
+            for (v, s) in strides.iter().enumerate() {
+                at[v] += s[axes + axis];
+            }
+            if *i < outer[axis] {
+                break;
+            }
+            for (v, s) in strides.iter().enumerate() {
+                at[v] -= s[axes + axis] * outer[axis] as isize;
+            }
+            *i = 0;
+        }
+    }
+}
+
+/// Applies `f` to the contiguous runs of an exclusive view and a shared view of the same
+/// dims, pairwise, in column-major order: `f(k, dst_run, src_run)` with `k` the position of
+/// the runs' first element. Returns `false` (and calls nothing) when the dims differ.
+pub fn zip_runs<T: Copy, U: Copy>(
+    dst: &mut StridedMut<'_, T>,
+    src: &StridedRef<'_, U>,
+    mut f: impl FnMut(usize, &mut [T], &[U]),
+) -> bool {
+    if dst.dims != src.dims {
+        return false;
+    }
+    let (pd, ps) = (dst.ptr, src.ptr);
+    for_each_common_run(
+        &dst.dims,
+        [&dst.strides, &src.strides],
+        |k, run, [od, os]| {
+            // SAFETY: each run lies inside its view's checked extent; `dst` is exclusive and
+            // its runs are disjoint, `src` is shared; the two views are distinct grants (an
+            // output never shares a record with an input), so the slices do not overlap.
+            let (d, s) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(pd.offset(od), run),
+                    std::slice::from_raw_parts(ps.offset(os), run),
+                )
+            };
+            f(k, d, s);
+        },
+    );
+    true
+}
+
+/// Applies `f` to the contiguous runs of two shared views of the same dims, pairwise:
+/// `f(k, a_run, b_run)`. Returns `false` (and calls nothing) when the dims differ.
+pub fn zip_runs_ref<T: Copy, U: Copy>(
+    a: &StridedRef<'_, T>,
+    b: &StridedRef<'_, U>,
+    mut f: impl FnMut(usize, &[T], &[U]),
+) -> bool {
+    if a.dims != b.dims {
+        return false;
+    }
+    let (pa, pb) = (a.ptr, b.ptr);
+    for_each_common_run(&a.dims, [&a.strides, &b.strides], |k, run, [oa, ob]| {
+        // SAFETY: each run lies inside its view's checked extent; both grants allow reads.
+        let (x, y) = unsafe {
+            (
+                std::slice::from_raw_parts(pa.offset(oa), run),
+                std::slice::from_raw_parts(pb.offset(ob), run),
+            )
+        };
+        f(k, x, y);
+    });
+    true
+}
+
+/// The edge of the square tiles a transposing copy works in: 16 x 16 `f64`s (2 KiB) per
+/// side keep both the source lines and the destination lines of a tile in L1.
+const TILE: usize = 16;
+
+macro_rules! shared_view_methods {
+    () => {
+        /// The extent of each axis.
+        pub fn dims(&self) -> &[usize] {
+            &self.dims
+        }
+
+        /// The stride of each axis, in elements.
+        pub fn strides(&self) -> &[isize] {
+            &self.strides
+        }
+
+        /// The number of elements.
+        pub fn len(&self) -> usize {
+            self.dims.iter().product()
+        }
+
+        /// Whether the view holds no element.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        /// The element at a multi-index, or `None` when it is out of range.
+        pub fn get(&self, index: &[usize]) -> Option<T> {
+            let at = linear(&self.dims, &self.strides, index)?;
+            // SAFETY: the index is in range, so the element lies inside the view's extent,
+            // which the constructor checked against the allocation; the grant allows reads.
+            Some(unsafe { *self.ptr.offset(at) })
+        }
+
+        /// Calls `f` on every element in column-major order (first axis fastest).
+        pub fn for_each(&self, mut f: impl FnMut(T)) {
+            for_each_offset(&self.dims, &self.strides, |_, at| {
+                // SAFETY: every offset visited is an in-range index of the view, inside the
+                // checked extent; the grant allows reads.
+                let value = unsafe { *self.ptr.offset(at) };
+                f(value)
+            });
+        }
+
+        /// The elements in column-major order.
+        pub fn to_vec(&self) -> Vec<T> {
+            let mut out = Vec::with_capacity(self.len());
+            self.for_each(|v| out.push(v));
+            out
+        }
+
+        /// The base pointer, for backends that take raw strided operands (faer, cuBLAS).
+        pub fn as_ptr(&self) -> *const T {
+            self.ptr
+        }
+
+        /// Calls `f(k, run)` on every maximal contiguous run of elements, in column-major
+        /// order; `k` is the position of the run's first element.
+        pub fn for_each_run(&self, mut f: impl FnMut(usize, &[T])) {
+            let p = self.ptr;
+            for_each_common_run(&self.dims, [&self.strides], |k, run, [o]| {
+                // SAFETY: the run lies inside the view's checked extent; the grant allows
+                // reads and no exclusive reference to it exists while `&self` is borrowed.
+                f(k, unsafe { std::slice::from_raw_parts(p.offset(o), run) })
+            });
+        }
+    };
+}
+
+impl<'a, T: Copy> StridedRef<'a, T> {
+    shared_view_methods!();
+
+    /// The same elements with the axes reordered: axis `k` of the result is axis `perm[k]`
+    /// of `self`. `None` when `perm` is not a permutation of the axes.
+    pub fn permute_axes(&self, perm: &[usize]) -> Option<StridedRef<'a, T>> {
+        if perm.len() != self.dims.len() {
+            return None;
+        }
+        let mut seen: SmallVec<[bool; 4]> = smallvec::smallvec![false; perm.len()];
+        for &p in perm {
+            if p >= perm.len() || std::mem::replace(&mut seen[p], true) {
+                return None;
+            }
+        }
+        Some(StridedRef {
+            ptr: self.ptr,
+            dims: perm.iter().map(|&p| self.dims[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+            _life: PhantomData,
+        })
+    }
+}
+
+impl<T: Copy> StridedMut<'_, T> {
+    shared_view_methods!();
+
+    /// Sets the element at a multi-index; returns `false` (and writes nothing) when it is out
+    /// of range.
+    pub fn set(&mut self, index: &[usize], value: T) -> bool {
+        match linear(&self.dims, &self.strides, index) {
+            Some(at) => {
+                // SAFETY: in range, inside the checked extent; the grant is exclusive.
+                unsafe { *self.ptr.offset(at) = value };
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Replaces every element `x` (column-major order, with its position `k`) by `f(k, x)`.
+    pub fn update(&mut self, mut f: impl FnMut(usize, T) -> T) {
+        let ptr = self.ptr;
+        for_each_offset(&self.dims, &self.strides, |k, at| {
+            // SAFETY: every offset visited is an in-range index of the view, which holds the
+            // exclusive grant; indices map to distinct elements (constructor's duty).
+            unsafe {
+                let p = ptr.offset(at);
+                *p = f(k, *p);
+            }
+        });
+    }
+
+    /// Calls `f(k, run)` on every maximal contiguous run of elements, mutably.
+    pub fn for_each_run_mut(&mut self, mut f: impl FnMut(usize, &mut [T])) {
+        let p = self.ptr;
+        for_each_common_run(&self.dims, [&self.strides], |k, run, [o]| {
+            // SAFETY: the run lies inside the checked extent, the view's grant is exclusive,
+            // and runs are disjoint (distinct indices map to distinct elements).
+            f(k, unsafe {
+                std::slice::from_raw_parts_mut(p.offset(o), run)
+            })
+        });
+    }
+
+    /// Sets every element to `f(src element)`, for a source of the same dims with any strides
+    /// (a permuted view, say). When the source's fastest axis is not the destination's, the
+    /// copy runs in square tiles over those two axes so both sides stream through cache.
+    /// Returns `false` (and writes nothing) when the dims differ.
+    pub fn assign_map<U: Copy>(&mut self, src: &StridedRef<'_, U>, f: impl Fn(U) -> T) -> bool {
+        if self.dims != src.dims {
+            return false;
+        }
+        let n = self.dims.len();
+        // The source axis with the smallest stride (other than length-1 axes).
+        let fast = (0..n)
+            .filter(|&a| self.dims[a] > 1)
+            .min_by_key(|&a| src.strides[a].unsigned_abs());
+        let Some(fast) = fast.filter(|&a| a != 0 && self.dims[0] > 1) else {
+            return zip_runs(self, src, |_, d, s| {
+                for (d, &s) in d.iter_mut().zip(s) {
+                    *d = f(s);
+                }
+            });
+        };
+        // Tiles over destination axis 0 and axis `fast`; the other axes are outer loops.
+        let (pd, ps) = (self.ptr, src.ptr);
+        let (d0, df) = (self.strides[0], self.strides[fast]);
+        let (s0, sf) = (src.strides[0], src.strides[fast]);
+        let (n0, nf) = (self.dims[0], self.dims[fast]);
+        let outer: SmallVec<[usize; 4]> = (1..n).filter(|&a| a != fast).collect();
+        let outer_dims: SmallVec<[usize; 4]> = outer.iter().map(|&a| self.dims[a]).collect();
+        let outer_d: SmallVec<[isize; 4]> = outer.iter().map(|&a| self.strides[a]).collect();
+        let outer_s: SmallVec<[isize; 4]> = outer.iter().map(|&a| src.strides[a]).collect();
+        for_each_common_run(&outer_dims, [&outer_d, &outer_s], |_, run, [od, os]| {
+            // `run` is 1 unless the outer axes happen to be dense; walk it element by element.
+            for r in 0..run as isize {
+                // Inside a run shared by both views, element `r` sits at offset `r` in each.
+                let (bd, bs) = (od + r, os + r);
+                for jf in (0..nf).step_by(TILE) {
+                    for j0 in (0..n0).step_by(TILE) {
+                        for f_i in jf..(jf + TILE).min(nf) {
+                            for i0 in j0..(j0 + TILE).min(n0) {
+                                let (i0, f_i) = (i0 as isize, f_i as isize);
+                                // SAFETY: (i0, f_i) and the outer index are in range, so both
+                                // offsets lie in their views' checked extents; `self` holds an
+                                // exclusive grant distinct from `src`'s.
+                                unsafe {
+                                    *pd.offset(bd + i0 * d0 + f_i * df) =
+                                        f(*ps.offset(bs + i0 * s0 + f_i * sf));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        true
+    }
+
+    /// The mutable base pointer, for backends.
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.ptr
+    }
+
+    /// A shared view of the same elements, borrowing this one.
+    pub fn as_ref(&self) -> StridedRef<'_, T> {
+        StridedRef {
+            ptr: self.ptr,
+            dims: self.dims.clone(),
+            strides: self.strides.clone(),
+            _life: PhantomData,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocation_is_aligned_zeroed_and_views_stay_inside() {
+        let buf = SharedBuffer::<f64>::zeroed(24);
+        assert_eq!(buf.as_ptr() as usize % ALIGN, 0);
+        assert!(buf.check_extent(0, &[4, 6], &[1, 4]));
+        assert!(!buf.check_extent(1, &[4, 6], &[1, 4]));
+        assert!(buf.check_extent(23, &[4, 6], &[-1, -4]));
+        assert!(!buf.check_extent(0, &[2], &[1, 1]));
+        // SAFETY: the extent was checked; this test is the only user of the buffer.
+        let mut m = unsafe { buf.view_mut(0, &[4, 6], &[1, 4]) };
+        m.update(|k, _| k as f64);
+        assert!(m.set(&[3, 5], -1.0));
+        assert!(!m.set(&[4, 0], 9.0), "out of range writes nothing");
+        // A transposed view of the same memory (a read, after the write above ended).
+        drop(m);
+        // SAFETY: as above.
+        let t = unsafe { buf.view(0, &[6, 4], &[4, 1]) };
+        assert_eq!(t.get(&[1, 2]), Some(6.0));
+        assert_eq!(t.get(&[5, 3]), Some(-1.0));
+        assert_eq!(t.get(&[6, 0]), None);
+        assert_eq!(t.to_vec().len(), 24);
+        let mut sum = 0.0;
+        t.for_each(|v| sum += v);
+        assert_eq!(sum, (0..23).sum::<usize>() as f64 - 1.0);
+    }
+
+    #[test]
+    fn permuted_assign_equals_the_elementwise_definition() {
+        let dims = [3_usize, 17, 2, 20];
+        let n: usize = dims.iter().product();
+        let src_buf = SharedBuffer::<u64>::zeroed(n);
+        let dense = |d: &[usize]| -> Vec<isize> {
+            let mut acc = 1;
+            d.iter()
+                .map(|&x| {
+                    let s = acc;
+                    acc *= x as isize;
+                    s
+                })
+                .collect()
+        };
+        // SAFETY: full-extent views of fresh buffers; this test is their sole user.
+        let mut src = unsafe { src_buf.view_mut(0, &dims, &dense(&dims)) };
+        src.update(|k, _| k as u64 * 3 + 1);
+        for perm in [
+            [0, 1, 2, 3],
+            [1, 0, 2, 3],
+            [3, 2, 1, 0],
+            [2, 3, 0, 1],
+            [1, 3, 0, 2],
+        ] {
+            let pdims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+            let dst_buf = SharedBuffer::<u64>::zeroed(n);
+            // SAFETY: as above.
+            let mut dst = unsafe { dst_buf.view_mut(0, &pdims, &dense(&pdims)) };
+            let view = src.as_ref();
+            let permuted = view.permute_axes(&perm).unwrap();
+            assert!(dst.assign_map(&permuted, |x| x + 1));
+            for k in 0..n {
+                let mut rem = k;
+                let idx: Vec<usize> = pdims
+                    .iter()
+                    .map(|&d| {
+                        let i = rem % d;
+                        rem /= d;
+                        i
+                    })
+                    .collect();
+                let mut sidx = [0; 4];
+                for (axis, &p) in perm.iter().enumerate() {
+                    sidx[p] = idx[axis];
+                }
+                assert_eq!(
+                    dst.get(&idx),
+                    view.get(&sidx).map(|x| x + 1),
+                    "perm {perm:?} at {idx:?}"
+                );
+            }
+        }
+        assert!(src.as_ref().permute_axes(&[0, 0, 1, 2]).is_none());
+        assert!(src.as_ref().permute_axes(&[0, 1]).is_none());
+    }
+
+    #[test]
+    fn runs_cover_every_element_once_in_order() {
+        let buf = SharedBuffer::<u64>::zeroed(5 * 7 * 3);
+        // A 2 x 3 x 2 sub-block of a 5 x 7 x 3 column-major tensor, starting at (1, 2, 1).
+        let (dims, strides) = ([2, 3, 2], [1_isize, 5, 35]);
+        let offset = 1 + 2 * 5 + 35;
+        assert!(buf.check_extent(offset, &dims, &strides));
+        // SAFETY: checked extent, sole user.
+        let mut v = unsafe { buf.view_mut(offset, &dims, &strides) };
+        v.update(|k, _| k as u64 + 1);
+        let mut seen = Vec::new();
+        let mut runs = 0;
+        v.for_each_run_mut(|k, run| {
+            runs += 1;
+            assert_eq!(run.len(), 2);
+            seen.extend(run.iter().copied());
+            assert_eq!(run[0], k as u64 + 1);
+        });
+        assert_eq!(runs, 6);
+        assert_eq!(seen, (1..=12).collect::<Vec<u64>>());
+        // A dense destination zipped with the strided source: one run per source run.
+        let dst_buf = SharedBuffer::<u64>::zeroed(12);
+        // SAFETY: checked extents, distinct buffers, sole user.
+        let mut d = unsafe { dst_buf.view_mut(0, &dims, &[1, 2, 6]) };
+        assert!(zip_runs(&mut d, &v.as_ref(), |_, d, s| d.copy_from_slice(s)));
+        assert_eq!(d.to_vec(), (1..=12).collect::<Vec<u64>>());
+        let flat_buf = SharedBuffer::<u64>::zeroed(12);
+        // SAFETY: checked extent, sole user.
+        let flat = unsafe { flat_buf.view(0, &[12], &[1]) };
+        assert!(
+            !zip_runs(&mut d, &flat, |_, _, _| {}),
+            "dims differ: nothing is called"
+        );
+    }
+}
