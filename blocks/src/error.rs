@@ -158,4 +158,75 @@ pub enum Error {
         /// The sector (`Display` form).
         sector: String,
     },
+
+    /// A block id that the structure does not have.
+    #[error("block {block} does not exist; expected a block id below {blocks}")]
+    UnknownBlock {
+        /// The id given.
+        block: usize,
+        /// How many blocks the structure has.
+        blocks: usize,
+    },
+
+    /// A segment or sector tuple that names no present block.
+    #[error("no present block has segments {segments:?}; expected an allowed, present block")]
+    NoSuchBlock {
+        /// The segment tuple given (or found from the sectors given).
+        segments: Vec<usize>,
+    },
+
+    /// Two operands of an operation need the same structure and do not have it.
+    #[error("expected an operand with structure {expected}, but it has {given}")]
+    StructureMismatch {
+        /// The structure required (legs, split and flux, as text).
+        expected: String,
+        /// The structure given.
+        given: String,
+    },
+
+    /// A dense tensor with a nonzero element outside every present block.
+    #[error(
+        "the dense tensor breaks the symmetry: element {index:?} is {value}, but it lies in          block (segments {segments:?}), which the structure does not have; expected 0 there"
+    )]
+    SymmetryBreaking {
+        /// The element's multi-index.
+        index: Vec<usize>,
+        /// The segment tuple of the block it falls in.
+        segments: Vec<usize>,
+        /// The offending value.
+        value: String,
+    },
+
+    /// Data of the wrong length.
+    #[error("{what}: expected {expected} elements, got {given}")]
+    DataLength {
+        /// What the data is for.
+        what: String,
+        /// The length required.
+        expected: usize,
+        /// The length given.
+        given: usize,
+    },
+
+    /// A multi-index outside the tensor.
+    #[error("index {index:?} is outside the tensor; expected one index per leg below {dims:?}")]
+    IndexOutOfRange {
+        /// The index given.
+        index: Vec<usize>,
+        /// The dimensions of the legs.
+        dims: Vec<usize>,
+    },
+
+    /// An output shares its storage with an input of the same operation.
+    #[error(
+        "{operation}: the output must not share storage with an input, but it is the same array"
+    )]
+    AliasedOperands {
+        /// The operation.
+        operation: &'static str,
+    },
+
+    /// The runtime refused or failed the operation (a poisoned value, a wait inside a task).
+    #[error(transparent)]
+    Runtime(#[from] tessera_core::Error),
 }

@@ -1,10 +1,12 @@
-//! Tessera's symmetric block-sparse tensors: the synchronous structure part.
+//! Tessera's symmetric block-sparse tensors.
 //!
 //! Owns: [sectors](sector) (symmetry labels, fusion, fermionic grading), [legs](leg)
-//! (segments of sectors with a direction), and [block structures](structure) (which blocks a
-//! tensor has and where each lives in its one sector-major allocation). `AsyncArray` (the
-//! backing allocation, per-block alias handles) builds on these types. Everything here is
-//! immutable once built, checks its input, and reports misuse as [`Error`].
+//! (segments of sectors with a direction), [block structures](structure) (which blocks a
+//! tensor has and where each lives in its one sector-major allocation), and [`AsyncArray`]:
+//! one backing allocation, the structure as its synchronous descriptor table, one hazard
+//! record per block, per-block alias handles, and operations enrolled as one task per block.
+//! Structures are immutable once built; every constructor and operation checks its input
+//! and reports misuse as [`Error`] before anything is enrolled.
 //!
 //! ```
 //! use tessera_blocks::{BlockStructure, Direction, Leg, U1};
@@ -26,13 +28,19 @@
 
 #![deny(missing_docs)]
 
+mod array;
 mod error;
 pub mod leg;
+mod ops;
 pub mod sector;
 pub mod structure;
+#[cfg(test)]
+mod testing;
 
+pub use array::{AsyncArray, BlockAlias, BlockRegion};
 pub use error::Error;
 pub use leg::{Direction, FusionMap, Leg, Segment};
+pub use ops::Blocks;
 pub use sector::{
     AbelianSector, FermionParity, FermionicU1, FusionStyle, Fusions, Product, Sector, Trivial, U1,
     Z2, Zn,

@@ -91,6 +91,17 @@ impl<T: Zeroable> SharedBuffer<T> {
         }
     }
 
+    /// A host allocation of `len` elements, element `i` set to `f(i)`.
+    pub fn from_fn(len: usize, mut f: impl FnMut(usize) -> T) -> Self {
+        let buf = Self::zeroed(len);
+        for i in 0..len {
+            // SAFETY: `i < len`, inside the allocation; the buffer was just created and no
+            // view of it exists yet.
+            unsafe { buf.ptr.as_ptr().add(i).write(f(i)) };
+        }
+        buf
+    }
+
     /// The number of elements.
     pub fn len(&self) -> usize {
         self.len

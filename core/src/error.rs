@@ -118,5 +118,37 @@ pub enum Error {
     },
 }
 
+/// Errors compare by value; two poisoned errors are equal when they name the very same failure.
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        use Error::*;
+        match (self, other) {
+            (Poisoned { origin: a }, Poisoned { origin: b }) => Arc::ptr_eq(a, b),
+            (
+                Alias {
+                    record,
+                    first,
+                    second,
+                },
+                Alias {
+                    record: r,
+                    first: f,
+                    second: s,
+                },
+            ) => (record, first, second) == (r, f, s),
+            (WaitInsideTask { task: a }, WaitInsideTask { task: b }) => a == b,
+            (Unconstructed { record: a }, Unconstructed { record: b }) => a == b,
+            (
+                Runtime { threads, message },
+                Runtime {
+                    threads: t,
+                    message: m,
+                },
+            ) => (threads, message) == (t, m),
+            _ => false,
+        }
+    }
+}
+
 /// `Result` with the core [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

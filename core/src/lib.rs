@@ -55,5 +55,5 @@ pub use buffer::{ALIGN, SharedBuffer, StridedMut, StridedRef, Zeroable, zip_runs
 pub use domain::Domain;
 pub use error::{Error, FailureCause, KernelError, RecordId, Result, TaskFailure, TaskId};
 pub use hazard::{HazardRecord, HazardSet, Mode};
-pub use runtime::{Runtime, schedule};
+pub use runtime::{Runtime, host, schedule};
 pub use value::{Async, ValueRegion};

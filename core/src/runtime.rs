@@ -397,20 +397,52 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Enrolls a host access on `hazards`, blocks until it is granted, runs `f` on this thread,
-/// then releases the access.
-///
-/// With [`Mode::Read`] this waits for exactly the last write enrolled on each record; with a
-/// writing mode, for every access enrolled before. A poisoned value returns
-/// [`Error::Poisoned`] without running `f`. `f` must not wait on work enrolled after this
-/// access on the same records (that work waits for `f`).
+/// Enrolls a host access on `hazards` with `mode`, waits for its grant, runs `f`, releases.
 pub(crate) fn host_access<R>(hazards: &HazardSet, mode: Mode, f: impl FnOnce() -> R) -> Result<R> {
-    if let Some(task) = CURRENT_TASK.with(Cell::get) {
-        return Err(Error::WaitInsideTask { task });
-    }
     let mut accesses = AccessList::new();
     for record in hazards.records() {
         accesses.push(record, mode);
+    }
+    host_enrolled(accesses, f)
+}
+
+/// Runs `f` on this (host) thread over the views of `access`, once every access it declares
+/// is granted; returns what `f` returns.
+///
+/// This is the host counterpart of [`schedule`]: enrolled at the call, in program order, on
+/// all declared records in one step. A read waits for exactly the last write enrolled before
+/// it on each record, a write for every earlier access. If a value read is poisoned, `f` does
+/// not run and [`Error::Poisoned`] names the origin; a host write that succeeds leaves clean
+/// values.
+///
+/// `f` must not wait for work enrolled on these records after this call (that work waits for
+/// `f`). Called inside a task, it returns [`Error::WaitInsideTask`] and enrolls nothing.
+///
+/// ```
+/// use tessera_core::{Async, host};
+///
+/// let a = Async::new(2.0_f64);
+/// let b = Async::new(0.0_f64);
+/// host((a.read(), b.overwrite()), |(a, b)| *b = a * 21.0)?;
+/// assert_eq!(b.get()?, 42.0);
+/// # Ok::<(), tessera_core::Error>(())
+/// ```
+pub fn host<A: Access, R>(access: A, f: impl FnOnce(A::View<'_>) -> R) -> Result<R> {
+    let mut declared = AccessList::new();
+    access.declare(&mut declared);
+    let mut access = access;
+    host_enrolled(declared, move || {
+        // SAFETY: `host_enrolled` runs this closure only once every declared access is
+        // granted, and the views do not escape the closure.
+        unsafe { access.resolve() }.map(f)
+    })?
+}
+
+/// The shared body of host accesses: enroll `accesses`, wait, check poison, run `f`,
+/// publish the outcome on written records, release.
+fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> R) -> Result<R> {
+    if let Some(task) = CURRENT_TASK.with(Cell::get) {
+        return Err(Error::WaitInsideTask { task });
     }
     accesses.normalize()?;
     let latch = std::sync::Arc::new(Latch::new());
@@ -429,7 +461,14 @@ pub(crate) fn host_access<R>(hazards: &HazardSet, mode: Mode, f: impl FnOnce() -
     let result = match poison {
         Some(origin) => Err(Error::Poisoned { origin }),
         None => match catch_unwind(AssertUnwindSafe(f)) {
-            Ok(value) => Ok(value),
+            Ok(value) => {
+                // Host writes that ran leave clean values (an update ran only if its input
+                // was clean; an overwrite starts a clean epoch).
+                for a in accesses.items.iter().filter(|a| a.mode.writes()) {
+                    a.record.set_poison(None);
+                }
+                Ok(value)
+            }
             Err(panic) => {
                 // Release first: a panicking host closure must not leave later work waiting.
                 release(&node);

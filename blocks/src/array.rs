@@ -1,0 +1,476 @@
+//! `AsyncArray`: a symmetric block-sparse tensor in one backing allocation, with one hazard
+//! record per block.
+//!
+//! Owns: [`AsyncArray`], [`BlockRegion`] (the descriptor of one block inside the allocation)
+//! and the constructors and host conversions (zeros, seeded random, dense, per-block data,
+//! element reads). Invariants:
+//!
+//! - The allocation holds exactly `structure.total_len()` elements laid out as the structure
+//!   says; block `i` is the strided region `(offset, shape, strides)` of the structure's block
+//!   `i`, and no two blocks overlap (the structure's invariant), so block `i`'s record alone
+//!   orders every access to block `i`'s elements.
+//! - `block(i)` hands out an alias over the shared allocation (the owner token) and block
+//!   `i`'s exact record; nothing per block is allocated but the handle itself.
+//! - Whole-array access is the composite of all block records, enrolled in one step.
+
+use crate::error::Error;
+use crate::sector::AbelianSector;
+use crate::structure::BlockStructure;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use smallvec::SmallVec;
+use std::sync::Arc;
+use tessera_backends::Scalar;
+use tessera_core::{
+    Alias, Domain, HazardRecord, HazardSet, ReadBuffer, Region, SharedBuffer, StridedMut,
+    StridedRef, WriteBuffer,
+};
+
+/// The region of one block: the shared allocation and the block's strided descriptor.
+#[derive(Clone, Debug)]
+pub struct BlockRegion<T> {
+    buffer: Arc<SharedBuffer<T>>,
+    offset: usize,
+    dims: SmallVec<[usize; 4]>,
+    strides: SmallVec<[isize; 4]>,
+}
+
+impl<T: Scalar> BlockRegion<T> {
+    /// The block's extent along each leg.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    /// Where the block starts in the allocation.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Where the allocation lives.
+    pub fn domain(&self) -> Domain {
+        self.buffer.domain()
+    }
+}
+
+// SAFETY: the region reaches only its block's elements, inside the allocation it keeps alive
+// (the extent is checked when the region is made); it is paired only with its block's record
+// (in `AsyncArray::block`), and distinct blocks never overlap.
+unsafe impl<T: Scalar> Region for BlockRegion<T> {
+    type Ref<'a> = StridedRef<'a, T>;
+    type Mut<'a> = StridedMut<'a, T>;
+
+    unsafe fn resolve(&self) -> tessera_core::Result<StridedRef<'_, T>> {
+        // SAFETY: extent checked at creation; the caller holds the block's read grant.
+        Ok(unsafe { self.buffer.view(self.offset, &self.dims, &self.strides) })
+    }
+
+    unsafe fn resolve_mut(&self) -> tessera_core::Result<StridedMut<'_, T>> {
+        // SAFETY: extent checked at creation; the block's strides map distinct indices to
+        // distinct elements (a column-major sub-rectangle); the caller holds its write grant.
+        Ok(unsafe { self.buffer.view_mut(self.offset, &self.dims, &self.strides) })
+    }
+}
+
+/// An alias handle of one block.
+pub type BlockAlias<T> = Alias<BlockRegion<T>>;
+
+/// A symmetric block-sparse tensor: one backing allocation, an immutable, shared descriptor
+/// table (the [`BlockStructure`]) and one hazard record per block.
+///
+/// ```
+/// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+///
+/// let leg = Leg::new(Direction::In, [(U1(-1), 2), (U1(1), 3)])?;
+/// let s = BlockStructure::new(vec![leg.clone()], vec![leg], U1(0))?;
+/// let a = AsyncArray::<f64, U1>::random(s, 7);
+/// a.scale(2.0, tessera_blocks::Blocks::All)?;      // one task per block, in parallel
+/// let n = a.norm(tessera_blocks::Blocks::All)?;     // an Async<f64>, computed by tasks
+/// let dense = a.to_dense()?;                        // waits for exactly the scale tasks
+/// let want = dense.iter().map(|x| x * x).sum::<f64>().sqrt();
+/// assert!((n.get()? - want).abs() < 1e-12);
+/// # Ok::<(), tessera_blocks::Error>(())
+/// ```
+pub struct AsyncArray<T, S: AbelianSector> {
+    structure: Arc<BlockStructure<S>>,
+    buffer: Arc<SharedBuffer<T>>,
+    records: Arc<[Arc<HazardRecord>]>,
+}
+
+impl<T, S: AbelianSector> std::fmt::Debug for AsyncArray<T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncArray")
+            .field("blocks", &self.structure.num_blocks())
+            .field("len", &self.structure.total_len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where element `i` of a leg lies: its segment and the index inside the segment.
+fn locate<S: AbelianSector>(leg: &crate::Leg<S>, i: usize) -> Option<(usize, usize)> {
+    // Segments are few; a linear scan beats a search for the sizes legs have.
+    (0..leg.num_segments()).find_map(|seg| {
+        let range = leg.range(seg)?;
+        range.contains(&i).then(|| (seg, i - range.start))
+    })
+}
+
+/// Column-major strides of a dense tensor with the structure's legs.
+fn dense_strides<S: AbelianSector>(structure: &BlockStructure<S>) -> Vec<usize> {
+    let mut acc = 1;
+    structure
+        .legs()
+        .iter()
+        .map(|l| {
+            let s = acc;
+            acc *= l.dim();
+            s
+        })
+        .collect()
+}
+
+/// Calls `f(dense_offset, block_position)` for every element of block `id`, in the block's
+/// column-major order.
+fn for_each_dense<S: AbelianSector>(
+    structure: &BlockStructure<S>,
+    id: usize,
+    strides: &[usize],
+    mut f: impl FnMut(usize, usize),
+) {
+    let block = structure
+        .block(id)
+        .expect("block ids come from the structure");
+    let legs = structure.legs();
+    let base: usize = block
+        .segments()
+        .iter()
+        .zip(legs)
+        .zip(strides)
+        .map(|((&seg, leg), &st)| leg.offset(seg).expect("segment of the leg") * st)
+        .sum();
+    let shape = block.shape();
+    let n: usize = shape.iter().product();
+    let mut index: SmallVec<[usize; 4]> = smallvec::smallvec![0; shape.len()];
+    let mut at = base;
+    for k in 0..n {
+        f(at, k);
+        for axis in 0..shape.len() {
+            index[axis] += 1;
+            at += strides[axis];
+            if index[axis] < shape[axis] {
+                break;
+            }
+            at -= strides[axis] * shape[axis];
+            index[axis] = 0;
+        }
+    }
+}
+
+impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
+    fn from_buffer(structure: Arc<BlockStructure<S>>, buffer: SharedBuffer<T>) -> Self {
+        debug_assert_eq!(buffer.len(), structure.total_len());
+        let records = (0..structure.num_blocks())
+            .map(|_| HazardRecord::new())
+            .collect();
+        Self {
+            structure,
+            buffer: Arc::new(buffer),
+            records,
+        }
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(structure: impl Into<Arc<BlockStructure<S>>>) -> Self {
+        let structure = structure.into();
+        let buffer = SharedBuffer::zeroed(structure.total_len());
+        Self::from_buffer(structure, buffer)
+    }
+
+    /// A tensor with independent random entries, uniform in `[-1, 1)` (real and imaginary
+    /// parts), reproducible from `seed`.
+    pub fn random(structure: impl Into<Arc<BlockStructure<S>>>, seed: u64) -> Self {
+        let structure = structure.into();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let buffer = SharedBuffer::from_fn(structure.total_len(), |_| {
+            let re = rng.gen_range(-1.0..1.0);
+            let im = if T::IS_COMPLEX {
+                rng.gen_range(-1.0..1.0)
+            } else {
+                0.0
+            };
+            T::from_c64(num_complex::Complex::new(re, im))
+        });
+        Self::from_buffer(structure, buffer)
+    }
+
+    /// A tensor from a dense one (column-major, first leg fastest, one axis per leg).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::DataLength`] for a dense tensor of the wrong size; [`Error::SymmetryBreaking`]
+    /// naming the first element that is nonzero outside every present block.
+    pub fn from_dense(
+        structure: impl Into<Arc<BlockStructure<S>>>,
+        dense: &[T],
+    ) -> Result<Self, Error> {
+        let structure = structure.into();
+        let dims: Vec<usize> = structure.legs().iter().map(|l| l.dim()).collect();
+        let expected: usize = dims.iter().product();
+        if dense.len() != expected {
+            return Err(Error::DataLength {
+                what: format!("a dense tensor of dims {dims:?}"),
+                expected,
+                given: dense.len(),
+            });
+        }
+        let mut data = vec![T::ZERO; structure.total_len()];
+        let mut segments = vec![0; dims.len()];
+        let mut local = vec![0; dims.len()];
+        for (k, &value) in dense.iter().enumerate() {
+            let mut rem = k;
+            for (axis, leg) in structure.legs().iter().enumerate() {
+                let i = rem % dims[axis];
+                rem /= dims[axis];
+                (segments[axis], local[axis]) = locate(leg, i).expect("index inside its leg");
+            }
+            match structure.block_id(&segments) {
+                Some(id) => {
+                    let block = structure.block(id).expect("id from the structure");
+                    data[block.element_offset(&local).expect("local index in range")] = value;
+                }
+                None if value != T::ZERO => {
+                    let mut rem = k;
+                    let index = dims
+                        .iter()
+                        .map(|&d| {
+                            let i = rem % d;
+                            rem /= d;
+                            i
+                        })
+                        .collect();
+                    return Err(Error::SymmetryBreaking {
+                        index,
+                        segments: segments.clone(),
+                        value: value.to_string(),
+                    });
+                }
+                None => {}
+            }
+        }
+        let buffer = SharedBuffer::from_fn(data.len(), |i| data[i]);
+        Ok(Self::from_buffer(structure, buffer))
+    }
+
+    /// A tensor from per-block data, one vector per block in block order, each column-major
+    /// in the block's shape.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::DataLength`] when the number of blocks or a block's length is wrong.
+    pub fn from_blocks(
+        structure: impl Into<Arc<BlockStructure<S>>>,
+        blocks: &[Vec<T>],
+    ) -> Result<Self, Error> {
+        let structure = structure.into();
+        if blocks.len() != structure.num_blocks() {
+            return Err(Error::DataLength {
+                what: "the list of blocks".to_owned(),
+                expected: structure.num_blocks(),
+                given: blocks.len(),
+            });
+        }
+        let mut data = vec![T::ZERO; structure.total_len()];
+        for (block, values) in structure.blocks().zip(blocks) {
+            if values.len() != block.len() {
+                return Err(Error::DataLength {
+                    what: format!("block {} of shape {:?}", block.id(), block.shape()),
+                    expected: block.len(),
+                    given: values.len(),
+                });
+            }
+            let shape = block.shape();
+            let mut index = vec![0; shape.len()];
+            for &v in values {
+                data[block.element_offset(&index).expect("index in range")] = v;
+                for (i, &d) in index.iter_mut().zip(shape) {
+                    *i += 1;
+                    if *i < d {
+                        break;
+                    }
+                    *i = 0;
+                }
+            }
+        }
+        let buffer = SharedBuffer::from_fn(data.len(), |i| data[i]);
+        Ok(Self::from_buffer(structure, buffer))
+    }
+
+    /// The descriptor table.
+    pub fn structure(&self) -> &Arc<BlockStructure<S>> {
+        &self.structure
+    }
+
+    /// The number of (present) blocks.
+    pub fn num_blocks(&self) -> usize {
+        self.structure.num_blocks()
+    }
+
+    /// Where the allocation lives.
+    pub fn domain(&self) -> Domain {
+        self.buffer.domain()
+    }
+
+    /// The one backing allocation (every block handle points into it).
+    pub fn buffer(&self) -> &Arc<SharedBuffer<T>> {
+        &self.buffer
+    }
+
+    /// The alias handle of block `id`: the shared allocation, block `id`'s descriptor and its
+    /// exact hazard record.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownBlock`] when `id` is not a block of the structure.
+    pub fn block(&self, id: usize) -> Result<BlockAlias<T>, Error> {
+        let block = self.structure.block(id).ok_or(Error::UnknownBlock {
+            block: id,
+            blocks: self.num_blocks(),
+        })?;
+        let region = BlockRegion {
+            buffer: Arc::clone(&self.buffer),
+            offset: block.offset(),
+            dims: block.shape().into(),
+            strides: block.strides().iter().map(|&s| s as isize).collect(),
+        };
+        assert!(
+            self.buffer
+                .check_extent(region.offset, &region.dims, &region.strides),
+            "the structure places block {id} inside the allocation"
+        );
+        // SAFETY: the region covers exactly block `id`'s elements, which no other block
+        // shares, and it is paired with block `id`'s own record.
+        Ok(unsafe { Alias::from_parts(region, HazardSet::one(Arc::clone(&self.records[id]))) })
+    }
+
+    /// The block with one segment per leg.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoSuchBlock`] when no present block has those segments.
+    pub fn block_by_segments(&self, segments: &[usize]) -> Result<BlockAlias<T>, Error> {
+        let id = self
+            .structure
+            .block_id(segments)
+            .ok_or_else(|| Error::NoSuchBlock {
+                segments: segments.to_vec(),
+            })?;
+        self.block(id)
+    }
+
+    /// The block with one sector per leg (legs with unique sectors).
+    ///
+    /// # Errors
+    ///
+    /// The structure's lookup errors, or [`Error::NoSuchBlock`].
+    pub fn block_by_sectors(&self, sectors: &[S]) -> Result<BlockAlias<T>, Error> {
+        match self.structure.block_id_by_sectors(sectors)? {
+            Some(id) => self.block(id),
+            None => Err(Error::NoSuchBlock {
+                segments: sectors
+                    .iter()
+                    .zip(self.structure.legs())
+                    .filter_map(|(s, l)| l.segment_of(s))
+                    .collect(),
+            }),
+        }
+    }
+
+    /// The composite hazard set of every block.
+    pub fn hazards(&self) -> HazardSet {
+        HazardSet::composite(self.records.iter().cloned())
+    }
+
+    /// Whether two arrays share storage (the same allocation and records).
+    pub fn same_storage(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.buffer, &other.buffer)
+    }
+
+    fn all_blocks(&self) -> Vec<BlockAlias<T>> {
+        (0..self.num_blocks())
+            .map(|i| self.block(i).expect("every id below num_blocks is a block"))
+            .collect()
+    }
+
+    /// A read of every block, enrolled in one step (the composite of all records).
+    pub fn read(&self) -> Vec<ReadBuffer<BlockRegion<T>>> {
+        self.all_blocks().iter().map(Alias::read).collect()
+    }
+
+    /// An update of every block, enrolled in one step.
+    pub fn write(&self) -> Vec<WriteBuffer<BlockRegion<T>>> {
+        self.all_blocks().iter().map(Alias::write).collect()
+    }
+
+    /// An overwrite of every block, enrolled in one step.
+    pub fn overwrite(&self) -> Vec<WriteBuffer<BlockRegion<T>>> {
+        self.all_blocks().iter().map(Alias::overwrite).collect()
+    }
+
+    /// Blocks until every block is ready.
+    pub fn wait(&self) -> Result<(), Error> {
+        tessera_core::host(self.read(), |_| ())?;
+        Ok(())
+    }
+
+    /// The dense tensor (column-major, first leg fastest), after waiting for exactly the work
+    /// the blocks depend on.
+    pub fn to_dense(&self) -> Result<Vec<T>, Error> {
+        let total: usize = self.structure.legs().iter().map(|l| l.dim()).product();
+        let strides = dense_strides(&self.structure);
+        let out = tessera_core::host(self.read(), |views| {
+            let mut dense = vec![T::ZERO; total];
+            for (id, view) in views.iter().enumerate() {
+                let values = view.to_vec();
+                for_each_dense(&self.structure, id, &strides, |at, k| dense[at] = values[k]);
+            }
+            dense
+        })?;
+        Ok(out)
+    }
+
+    /// Per-block data (block order, each column-major in its shape), after waiting.
+    pub fn to_blocks(&self) -> Result<Vec<Vec<T>>, Error> {
+        Ok(tessera_core::host(self.read(), |views| {
+            views.iter().map(StridedRef::to_vec).collect()
+        })?)
+    }
+
+    /// One element, after waiting for the block that holds it (zero outside every block).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::IndexOutOfRange`] for an index outside the tensor.
+    pub fn get(&self, index: &[usize]) -> Result<T, Error> {
+        let legs = self.structure.legs();
+        let out_of_range = || Error::IndexOutOfRange {
+            index: index.to_vec(),
+            dims: legs.iter().map(|l| l.dim()).collect(),
+        };
+        if index.len() != legs.len() {
+            return Err(out_of_range());
+        }
+        let mut segments = Vec::with_capacity(legs.len());
+        let mut local = Vec::with_capacity(legs.len());
+        for (leg, &i) in legs.iter().zip(index) {
+            let (seg, at) = locate(leg, i).ok_or_else(out_of_range)?;
+            segments.push(seg);
+            local.push(at);
+        }
+        match self.structure.block_id(&segments) {
+            Some(id) => {
+                let value = self.block(id)?.with(|v| v.get(&local))?;
+                Ok(value.expect("local index inside the block"))
+            }
+            None => Ok(T::ZERO),
+        }
+    }
+}

@@ -1,0 +1,734 @@
+//! Operations on `AsyncArray`s, enrolled as scheduled tasks, one per block.
+//!
+//! Owns: [`Blocks`] (which blocks an operation touches) and the operations: scale, axpy,
+//! add, conj, copy, norm, inner product, leg permutation with a new codomain/domain split
+//! (with fermionic signs) and adjoint. Invariants:
+//!
+//! - Every operation checks its operands (structures, block ids, aliasing) before it enrolls
+//!   anything: an error means nothing was enrolled and nothing was written.
+//! - Each block is one task over that block's records only, so work on different blocks
+//!   runs in parallel and work on one block keeps program order; reductions (norm, inner)
+//!   are one task per block plus one that sums the partial results.
+
+use crate::array::{AsyncArray, BlockAlias};
+use crate::error::Error;
+use crate::sector::AbelianSector;
+use crate::structure::BlockStructure;
+use std::sync::Arc;
+use tessera_backends::Scalar;
+use tessera_backends::cpu;
+use tessera_core::{Async, KernelError, schedule};
+
+/// The blocks an operation touches.
+#[derive(Clone, Copy, Debug)]
+pub enum Blocks<'a> {
+    /// Every block.
+    All,
+    /// These block ids (repeats count once).
+    Only(&'a [usize]),
+}
+
+impl Blocks<'_> {
+    /// The selected ids, checked against `n` blocks, increasing and without repeats.
+    fn resolve(self, n: usize) -> Result<Vec<usize>, Error> {
+        match self {
+            Blocks::All => Ok((0..n).collect()),
+            Blocks::Only(ids) => {
+                if let Some(&bad) = ids.iter().find(|&&i| i >= n) {
+                    return Err(Error::UnknownBlock {
+                        block: bad,
+                        blocks: n,
+                    });
+                }
+                let mut ids = ids.to_vec();
+                ids.sort_unstable();
+                ids.dedup();
+                Ok(ids)
+            }
+        }
+    }
+}
+
+fn describe<S: AbelianSector>(s: &BlockStructure<S>) -> String {
+    let legs: Vec<String> = s
+        .legs()
+        .iter()
+        .map(|l| {
+            let segs: Vec<String> = l
+                .segments()
+                .iter()
+                .map(|g| format!("{}:{}", g.sector, g.dim))
+                .collect();
+            format!("{}[{}]", l.direction(), segs.join(" "))
+        })
+        .collect();
+    format!(
+        "legs ({}) with {} codomain legs, flux {}, {} blocks",
+        legs.join(", "),
+        s.n_codomain(),
+        s.flux(),
+        s.num_blocks()
+    )
+}
+
+fn kernel_error(e: impl std::error::Error + Send + Sync + 'static) -> KernelError {
+    Box::new(e)
+}
+
+impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
+    fn check_same_structure(&self, other: &Self) -> Result<(), Error> {
+        if Arc::ptr_eq(self.structure(), other.structure()) || self.structure() == other.structure()
+        {
+            Ok(())
+        } else {
+            Err(Error::StructureMismatch {
+                expected: describe(self.structure()),
+                given: describe(other.structure()),
+            })
+        }
+    }
+
+    fn blocks_of(&self, ids: &[usize]) -> Vec<BlockAlias<T>> {
+        ids.iter()
+            .map(|&i| self.block(i).expect("ids were checked"))
+            .collect()
+    }
+
+    /// `self <- alpha * self` on the selected blocks.
+    pub fn scale(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
+        let ids = blocks.resolve(self.num_blocks())?;
+        for b in self.blocks_of(&ids) {
+            schedule(b.write(), move |mut y| {
+                cpu::scale(&mut y, alpha);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `self <- alpha * x + self` on the selected blocks.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StructureMismatch`] unless `x` has the same structure;
+    /// [`Error::AliasedOperands`] when `x` is `self`.
+    pub fn axpy(&self, alpha: T, x: &Self, blocks: Blocks<'_>) -> Result<(), Error> {
+        self.check_same_structure(x)?;
+        if self.same_storage(x) {
+            return Err(Error::AliasedOperands { operation: "axpy" });
+        }
+        let ids = blocks.resolve(self.num_blocks())?;
+        for (xb, yb) in x.blocks_of(&ids).into_iter().zip(self.blocks_of(&ids)) {
+            schedule((xb.read(), yb.write()), move |(x, mut y)| {
+                cpu::axpy(alpha, &x, &mut y).map_err(kernel_error)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `alpha * op(self) + beta * other` into a new array, with `op` the conjugate when
+    /// `conj`; blocks outside the selection are zero in the result.
+    fn combine(
+        &self,
+        alpha: T,
+        conj: bool,
+        other: Option<(T, &Self)>,
+        blocks: Blocks<'_>,
+    ) -> Result<Self, Error> {
+        if let Some((_, o)) = other {
+            self.check_same_structure(o)?;
+        }
+        let ids = blocks.resolve(self.num_blocks())?;
+        let out = Self::zeros(Arc::clone(self.structure()));
+        for (k, (src, dst)) in self
+            .blocks_of(&ids)
+            .into_iter()
+            .zip(out.blocks_of(&ids))
+            .enumerate()
+        {
+            match other {
+                None => schedule((src.read(), dst.overwrite()), move |(x, mut y)| {
+                    cpu::copy_scaled(alpha, &x, conj, T::ZERO, &mut y).map_err(kernel_error)
+                })?,
+                Some((beta, o)) => {
+                    let ob = o.block(ids[k])?;
+                    schedule(
+                        (src.read(), ob.read(), dst.overwrite()),
+                        move |(x, z, mut y)| {
+                            cpu::copy_scaled(beta, &z, false, T::ZERO, &mut y)
+                                .map_err(kernel_error)?;
+                            cpu::axpy(alpha, &x, &mut y).map_err(kernel_error)
+                        },
+                    )?
+                }
+            };
+        }
+        Ok(out)
+    }
+
+    /// `self + other` into a new array.
+    pub fn add(&self, other: &Self, blocks: Blocks<'_>) -> Result<Self, Error> {
+        self.combine(T::ONE, false, Some((T::ONE, other)), blocks)
+    }
+
+    /// The elementwise complex conjugate, into a new array with the same structure.
+    pub fn conj(&self, blocks: Blocks<'_>) -> Result<Self, Error> {
+        self.combine(T::ONE, true, None, blocks)
+    }
+
+    /// An explicit, scheduled copy onto a new allocation and new records.
+    pub fn duplicate(&self) -> Self {
+        self.combine(T::ONE, false, None, Blocks::All)
+            .expect("a copy of every block cannot fail its checks")
+    }
+
+    /// `self <- src` on the selected blocks.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StructureMismatch`], or [`Error::AliasedOperands`] when `src` is `self`.
+    pub fn copy_from(&self, src: &Self, blocks: Blocks<'_>) -> Result<(), Error> {
+        self.check_same_structure(src)?;
+        if self.same_storage(src) {
+            return Err(Error::AliasedOperands {
+                operation: "copy_from",
+            });
+        }
+        let ids = blocks.resolve(self.num_blocks())?;
+        for (xb, yb) in src.blocks_of(&ids).into_iter().zip(self.blocks_of(&ids)) {
+            schedule((xb.read(), yb.overwrite()), |(x, mut y)| {
+                cpu::copy_scaled(T::ONE, &x, false, T::ZERO, &mut y).map_err(kernel_error)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Sums per-block partial results (one task each) in one final task.
+    fn reduce<R: Scalar>(
+        parts: Vec<Async<R>>,
+        finish: impl FnOnce(R) -> R + Send + 'static,
+    ) -> Result<Async<R>, Error> {
+        let out = Async::new(R::ZERO);
+        let reads: Vec<_> = parts.iter().map(Async::read).collect();
+        schedule((reads, out.overwrite()), move |(parts, out)| {
+            let mut acc = R::ZERO;
+            for p in parts {
+                acc += *p;
+            }
+            *out = finish(acc);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// The Frobenius norm of the selected blocks, computed by scheduled tasks.
+    pub fn norm(&self, blocks: Blocks<'_>) -> Result<Async<T::Real>, Error> {
+        let ids = blocks.resolve(self.num_blocks())?;
+        let mut parts = Vec::with_capacity(ids.len());
+        for b in self.blocks_of(&ids) {
+            let part = Async::new(T::Real::ZERO);
+            schedule((b.read(), part.overwrite()), |(x, p)| {
+                *p = cpu::norm_sqr(&x);
+                Ok(())
+            })?;
+            parts.push(part);
+        }
+        Self::reduce(parts, T::sqrt_real)
+    }
+
+    /// The inner product `<self, other> = sum(conj(self) * other)` over the selected blocks.
+    pub fn inner(&self, other: &Self, blocks: Blocks<'_>) -> Result<Async<T>, Error> {
+        self.check_same_structure(other)?;
+        let ids = blocks.resolve(self.num_blocks())?;
+        let mut parts = Vec::with_capacity(ids.len());
+        for (a, b) in self.blocks_of(&ids).into_iter().zip(other.blocks_of(&ids)) {
+            let part = Async::new(T::ZERO);
+            schedule((a.read(), b.read(), part.overwrite()), |(x, y, p)| {
+                *p = cpu::dot(&x, &y).map_err(kernel_error)?;
+                Ok(())
+            })?;
+            parts.push(part);
+        }
+        Self::reduce(parts, |x| x)
+    }
+
+    /// The tensor with its legs reordered (new leg `k` is old leg `perm[k]`) and split anew
+    /// into `n_codomain` codomain legs. For fermionic sectors each block carries the sign of
+    /// the odd legs the permutation crosses. Blocks outside the selection are zero.
+    pub fn permute(
+        &self,
+        perm: &[usize],
+        n_codomain: usize,
+        blocks: Blocks<'_>,
+    ) -> Result<Self, Error> {
+        let permuted = self.structure().permuted(perm, n_codomain)?;
+        let ids = blocks.resolve(self.num_blocks())?;
+        let out = Self::zeros(permuted.structure.clone());
+        for &i in &ids {
+            let sign = T::from_f64(f64::from(permuted.sign(i).expect("block of the structure")));
+            self.relabel_block(i, &out, permuted.block_map[i], perm.to_vec(), sign, false)?;
+        }
+        Ok(out)
+    }
+
+    /// The adjoint: codomain and domain swapped, legs dualled, elements conjugated (each
+    /// block's matrix is conjugate-transposed). Fermionic twists are not applied.
+    pub fn adjoint(&self, blocks: Blocks<'_>) -> Result<Self, Error> {
+        let remapped = self.structure().adjoint()?;
+        let (n, nc) = (self.structure().num_legs(), self.structure().n_codomain());
+        let perm: Vec<usize> = (nc..n).chain(0..nc).collect();
+        let ids = blocks.resolve(self.num_blocks())?;
+        let out = Self::zeros(remapped.structure.clone());
+        for &i in &ids {
+            let j = remapped.block_map[i].expect("every block has an adjoint block");
+            self.relabel_block(i, &out, j, perm.clone(), T::ONE, true)?;
+        }
+        Ok(out)
+    }
+
+    /// Schedules `out[j] <- sign * op(permute_axes(self[i], perm))`.
+    fn relabel_block(
+        &self,
+        i: usize,
+        out: &Self,
+        j: usize,
+        perm: Vec<usize>,
+        sign: T,
+        conj: bool,
+    ) -> Result<(), Error> {
+        let (src, dst) = (self.block(i)?, out.block(j)?);
+        schedule((src.read(), dst.overwrite()), move |(x, mut y)| {
+            let xp = x
+                .permute_axes(&perm)
+                .ok_or("the permutation matches the block's legs")?;
+            cpu::copy_scaled(sign, &xp, conj, T::ZERO, &mut y).map_err(kernel_error)
+        })?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Kind, for_each_kind, random_perm, random_structure};
+    use num_complex::Complex;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    type C64 = Complex<f64>;
+
+    fn close<T: Scalar>(a: &[T], b: &[T], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}: lengths");
+        for (k, (&x, &y)) in a.iter().zip(b).enumerate() {
+            let d: f64 = (x - y).abs2().into();
+            let m: f64 = y.abs2().into();
+            assert!(
+                d.sqrt() <= 1e-12 * (1.0 + m.sqrt()),
+                "{what}: element {k}: {x} != {y}"
+            );
+        }
+    }
+
+    fn dims<S: AbelianSector>(s: &BlockStructure<S>) -> Vec<usize> {
+        s.legs().iter().map(|l| l.dim()).collect()
+    }
+
+    fn unravel(mut k: usize, dims: &[usize]) -> Vec<usize> {
+        dims.iter()
+            .map(|&d| {
+                let i = k % d;
+                k /= d;
+                i
+            })
+            .collect()
+    }
+
+    fn ravel(index: &[usize], dims: &[usize]) -> usize {
+        index
+            .iter()
+            .zip(dims)
+            .rev()
+            .fold(0, |acc, (&i, &d)| acc * d + i)
+    }
+
+    /// The parity of the sector at element `i` of each leg (the reference's own lookup).
+    fn parities<S: AbelianSector>(s: &BlockStructure<S>, index: &[usize]) -> Vec<bool> {
+        s.legs()
+            .iter()
+            .zip(index)
+            .map(|(leg, &i)| {
+                let seg = (0..leg.num_segments())
+                    .find(|&g| leg.range(g).unwrap().contains(&i))
+                    .unwrap();
+                leg.segment(seg).unwrap().sector.parity()
+            })
+            .collect()
+    }
+
+    /// Dense permutation with the fermionic sign: new axis `k` is old axis `perm[k]`.
+    fn dense_permute<T: Scalar, S: AbelianSector>(
+        s: &BlockStructure<S>,
+        dense: &[T],
+        perm: &[usize],
+    ) -> Vec<T> {
+        let old = dims(s);
+        let new: Vec<usize> = perm.iter().map(|&p| old[p]).collect();
+        let mut out = vec![T::ZERO; dense.len()];
+        for (k, &v) in dense.iter().enumerate() {
+            let idx = unravel(k, &old);
+            let odd = parities(s, &idx);
+            let mut crossings = 0;
+            for a in 0..perm.len() {
+                for b in a + 1..perm.len() {
+                    if perm[a] > perm[b] && odd[perm[a]] && odd[perm[b]] {
+                        crossings += 1;
+                    }
+                }
+            }
+            let nidx: Vec<usize> = perm.iter().map(|&p| idx[p]).collect();
+            out[ravel(&nidx, &new)] = if crossings % 2 == 1 { -v } else { v };
+        }
+        out
+    }
+
+    fn random_scalar<T: Scalar>(rng: &mut ChaCha8Rng) -> T {
+        T::from_c64(Complex::new(
+            rng.gen_range(-2.0..2.0),
+            rng.gen_range(-2.0..2.0),
+        ))
+    }
+
+    fn differential<T: Scalar, S: Kind>(seed: u64, cases: usize) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        for case in 0..cases {
+            let s = Arc::new(random_structure::<S>(&mut rng));
+            let what = |op: &str| format!("{op}, {} case {case}, {}", T::NAME, describe(&s));
+            let x = AsyncArray::<T, S>::random(Arc::clone(&s), rng.r#gen());
+            let y = AsyncArray::<T, S>::random(Arc::clone(&s), rng.r#gen());
+            let (xd, yd) = (x.to_dense().unwrap(), y.to_dense().unwrap());
+            // Round trips.
+            close(
+                &AsyncArray::<T, S>::from_dense(Arc::clone(&s), &xd)
+                    .unwrap()
+                    .to_dense()
+                    .unwrap(),
+                &xd,
+                &what("from_dense"),
+            );
+            close(
+                &AsyncArray::<T, S>::from_blocks(Arc::clone(&s), &x.to_blocks().unwrap())
+                    .unwrap()
+                    .to_dense()
+                    .unwrap(),
+                &xd,
+                &what("from_blocks"),
+            );
+            let alpha: T = random_scalar(&mut rng);
+            // Elementwise operations.
+            let z = x.add(&y, Blocks::All).unwrap();
+            let zc = x.conj(Blocks::All).unwrap();
+            y.axpy(alpha, &x, Blocks::All).unwrap();
+            x.scale(alpha, Blocks::All).unwrap();
+            let scaled: Vec<T> = xd.iter().map(|&v| alpha * v).collect();
+            close(&x.to_dense().unwrap(), &scaled, &what("scale"));
+            let axpy: Vec<T> = xd.iter().zip(&yd).map(|(&a, &b)| alpha * a + b).collect();
+            close(&y.to_dense().unwrap(), &axpy, &what("axpy"));
+            let sum: Vec<T> = xd.iter().zip(&yd).map(|(&a, &b)| a + b).collect();
+            close(&z.to_dense().unwrap(), &sum, &what("add"));
+            close(
+                &zc.to_dense().unwrap(),
+                &xd.iter().map(|v| v.conj()).collect::<Vec<_>>(),
+                &what("conj"),
+            );
+            // Reductions, on the updated values.
+            let (xd2, yd2) = (x.to_dense().unwrap(), y.to_dense().unwrap());
+            let norm: f64 = xd2.iter().map(|v| v.abs2().into()).sum::<f64>().sqrt();
+            let got: f64 = x.norm(Blocks::All).unwrap().get().unwrap().into();
+            assert!(
+                (got - norm).abs() <= 1e-12 * (1.0 + norm),
+                "{}",
+                what("norm")
+            );
+            let inner = xd2
+                .iter()
+                .zip(&yd2)
+                .fold(T::ZERO, |acc, (&a, &b)| acc + a.conj() * b);
+            close(
+                &[x.inner(&y, Blocks::All).unwrap().get().unwrap()],
+                &[inner],
+                &what("inner"),
+            );
+            // Permutation with a new split, and the adjoint.
+            let n = s.num_legs();
+            let perm = random_perm(&mut rng, n);
+            let nc = rng.gen_range(0..=n);
+            let p = x.permute(&perm, nc, Blocks::All).unwrap();
+            close(
+                &p.to_dense().unwrap(),
+                &dense_permute(&s, &xd2, &perm),
+                &what("permute"),
+            );
+            let back: Vec<usize> = (0..n)
+                .map(|k| perm.iter().position(|&q| q == k).unwrap())
+                .collect();
+            close(
+                &p.permute(&back, s.n_codomain(), Blocks::All)
+                    .unwrap()
+                    .to_dense()
+                    .unwrap(),
+                &xd2,
+                &what("permute back"),
+            );
+            let adj = x.adjoint(Blocks::All).unwrap();
+            let nd = n - s.n_codomain();
+            let adj_perm: Vec<usize> = (s.n_codomain()..n).chain(0..s.n_codomain()).collect();
+            let old = dims(&s);
+            let new: Vec<usize> = adj_perm.iter().map(|&q| old[q]).collect();
+            let mut want = vec![T::ZERO; xd2.len()];
+            for (k, v) in xd2.iter().enumerate() {
+                let idx = unravel(k, &old);
+                let nidx: Vec<usize> = adj_perm.iter().map(|&q| idx[q]).collect();
+                want[ravel(&nidx, &new)] = v.conj();
+            }
+            assert_eq!(adj.structure().n_codomain(), nd);
+            close(&adj.to_dense().unwrap(), &want, &what("adjoint"));
+            // A subset of blocks: only those change.
+            if s.num_blocks() > 1 {
+                let chosen: Vec<usize> =
+                    (0..s.num_blocks()).filter(|_| rng.gen_bool(0.5)).collect();
+                let before = x.to_blocks().unwrap();
+                x.scale(alpha, Blocks::Only(&chosen)).unwrap();
+                for (i, (b, a)) in before.iter().zip(x.to_blocks().unwrap()).enumerate() {
+                    let want: Vec<T> = if chosen.contains(&i) {
+                        b.iter().map(|&v| alpha * v).collect()
+                    } else {
+                        b.clone()
+                    };
+                    close(&a, &want, &what("scale on a subset"));
+                }
+                let part: f64 = x.norm(Blocks::Only(&chosen)).unwrap().get().unwrap().into();
+                let blocks = x.to_blocks().unwrap();
+                let want: f64 = chosen
+                    .iter()
+                    .flat_map(|&i| &blocks[i])
+                    .map(|v| v.abs2().into())
+                    .sum::<f64>()
+                    .sqrt();
+                assert!(
+                    (part - want).abs() <= 1e-12 * (1.0 + want),
+                    "{}",
+                    what("norm on a subset")
+                );
+            }
+            // Element reads on the host.
+            if !xd2.is_empty() {
+                let k = rng.gen_range(0..xd2.len());
+                assert_eq!(x.get(&unravel(k, &old)).unwrap(), x.to_dense().unwrap()[k]);
+            }
+        }
+    }
+
+    fn differential_f64<S: Kind>(seed: u64) {
+        differential::<f64, S>(seed, 150);
+    }
+    fn differential_c64<S: Kind>(seed: u64) {
+        differential::<C64, S>(seed + 1, 60);
+    }
+    fn differential_single<S: Kind>(seed: u64) {
+        differential_f32::<S>(seed + 2);
+    }
+    fn differential_f32<S: Kind>(seed: u64) {
+        // Single precision: scale and norm against the dense reference, looser tolerance.
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        for _ in 0..40 {
+            let s = Arc::new(random_structure::<S>(&mut rng));
+            let x = AsyncArray::<Complex<f32>, S>::random(Arc::clone(&s), rng.r#gen());
+            let y = AsyncArray::<f32, S>::random(Arc::clone(&s), rng.r#gen());
+            let xd = x.to_dense().unwrap();
+            x.scale(Complex::new(0.5, -1.0), Blocks::All).unwrap();
+            for (a, b) in x.to_dense().unwrap().iter().zip(&xd) {
+                assert!((a - Complex::new(0.5, -1.0) * b).norm() <= 1e-5);
+            }
+            let yd = y.to_dense().unwrap();
+            let want = yd.iter().map(|v| v * v).sum::<f32>().sqrt();
+            assert!(
+                (y.norm(Blocks::All).unwrap().get().unwrap() - want).abs() <= 1e-4 * (1.0 + want)
+            );
+        }
+    }
+
+    #[test]
+    fn operations_equal_the_dense_reference_over_every_sector_kind() {
+        for_each_kind!(differential_f64);
+        for_each_kind!(differential_c64);
+        for_each_kind!(differential_single);
+    }
+
+    fn u1_structure(flux: i32) -> Arc<BlockStructure<crate::U1>> {
+        use crate::{Direction, Leg, U1};
+        let leg = Leg::new(Direction::In, [(U1(-1), 2), (U1(0), 3), (U1(1), 2)]).unwrap();
+        Arc::new(BlockStructure::new(vec![leg.clone()], vec![leg], U1(flux)).unwrap())
+    }
+
+    #[test]
+    fn misuse_gives_typed_errors_and_writes_nothing() {
+        use crate::U1;
+        let s = u1_structure(0);
+        let x = AsyncArray::<f64, U1>::random(Arc::clone(&s), 1);
+        let y = AsyncArray::<f64, U1>::random(Arc::clone(&s), 2);
+        let other = AsyncArray::<f64, U1>::random(u1_structure(1), 3);
+        let (xd, yd) = (x.to_dense().unwrap(), y.to_dense().unwrap());
+        assert!(matches!(
+            y.axpy(2.0, &other, Blocks::All),
+            Err(Error::StructureMismatch { .. })
+        ));
+        assert!(matches!(
+            y.copy_from(&other, Blocks::All),
+            Err(Error::StructureMismatch { .. })
+        ));
+        assert!(matches!(
+            y.add(&other, Blocks::All),
+            Err(Error::StructureMismatch { .. })
+        ));
+        assert!(matches!(
+            y.inner(&other, Blocks::All),
+            Err(Error::StructureMismatch { .. })
+        ));
+        assert_eq!(
+            y.axpy(2.0, &y, Blocks::All),
+            Err(Error::AliasedOperands { operation: "axpy" })
+        );
+        assert_eq!(
+            x.scale(5.0, Blocks::Only(&[0, 99])),
+            Err(Error::UnknownBlock {
+                block: 99,
+                blocks: 3
+            }),
+            "a bad id anywhere in the selection refuses the whole operation"
+        );
+        assert_eq!(
+            x.block(3).unwrap_err(),
+            Error::UnknownBlock {
+                block: 3,
+                blocks: 3
+            }
+        );
+        assert!(matches!(
+            x.block_by_segments(&[0, 1]),
+            Err(Error::NoSuchBlock { .. })
+        ));
+        assert!(matches!(
+            x.permute(&[0, 0], 1, Blocks::All),
+            Err(Error::InvalidPermutation { .. })
+        ));
+        assert!(matches!(x.get(&[7, 0]), Err(Error::IndexOutOfRange { .. })));
+        assert!(matches!(x.get(&[0]), Err(Error::IndexOutOfRange { .. })));
+        assert_eq!(
+            x.get(&[0, 2]).unwrap(),
+            0.0,
+            "outside every block the tensor is zero"
+        );
+        assert_eq!(x.to_dense().unwrap(), xd, "nothing was written to x");
+        assert_eq!(y.to_dense().unwrap(), yd, "nothing was written to y");
+        // Dense input that breaks the symmetry names the element and its block.
+        let mut bad = xd.clone();
+        bad[2 * 7] = 1.5; // element (0, 2): charge -1 row, charge 0 column
+        assert_eq!(
+            AsyncArray::<f64, U1>::from_dense(Arc::clone(&s), &bad).unwrap_err(),
+            Error::SymmetryBreaking {
+                index: vec![0, 2],
+                segments: vec![0, 1],
+                value: "1.5".into()
+            }
+        );
+        assert!(matches!(
+            AsyncArray::<f64, U1>::from_dense(Arc::clone(&s), &xd[1..]),
+            Err(Error::DataLength {
+                expected: 49,
+                given: 48,
+                ..
+            })
+        ));
+        let mut blocks = x.to_blocks().unwrap();
+        blocks[1].pop();
+        assert!(matches!(
+            AsyncArray::<f64, U1>::from_blocks(Arc::clone(&s), &blocks),
+            Err(Error::DataLength {
+                expected: 9,
+                given: 8,
+                ..
+            })
+        ));
+        assert!(matches!(
+            AsyncArray::<f64, U1>::from_blocks(Arc::clone(&s), &blocks[..2]),
+            Err(Error::DataLength {
+                expected: 3,
+                given: 2,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn blocks_share_one_allocation_and_one_record_each() {
+        use crate::U1;
+        let x = AsyncArray::<f64, U1>::zeros(u1_structure(0));
+        let base = x.buffer().as_ptr() as usize;
+        assert_eq!(base % tessera_core::ALIGN, 0);
+        let ids: Vec<_> = (0..3)
+            .map(|i| x.block(i).unwrap().hazards().records()[0].id())
+            .collect();
+        assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+        let again = x.block(1).unwrap();
+        assert_eq!(
+            again.hazards().records()[0].id(),
+            ids[1],
+            "a handle shares the block's record"
+        );
+        assert_eq!(x.hazards().records().len(), 3);
+    }
+
+    #[test]
+    fn work_on_different_blocks_overlaps_and_work_on_one_block_is_ordered() {
+        use crate::U1;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let rt = tessera_core::Runtime::new(2).unwrap();
+        let x = AsyncArray::<f64, U1>::zeros(u1_structure(0));
+        let started = Arc::new(AtomicUsize::new(0));
+        for id in [0, 2] {
+            let started = Arc::clone(&started);
+            // Each task waits until both have started: it completes only if the runtime runs
+            // the two blocks' tasks at the same time. The bound only turns a hang into a
+            // failure; nothing is timed.
+            rt.schedule(x.block(id).unwrap().write(), move |mut v| {
+                started.fetch_add(1, Ordering::AcqRel);
+                let t = std::time::Instant::now();
+                while started.load(Ordering::Acquire) < 2 && t.elapsed().as_secs() < 30 {
+                    std::thread::yield_now();
+                }
+                let overlapped = started.load(Ordering::Acquire) == 2;
+                v.update(|_, _| if overlapped { 1.0 } else { -1.0 });
+                Ok(())
+            })
+            .unwrap();
+        }
+        // On one block, a chain of updates keeps program order: v <- 3 v + k.
+        for k in 0..50 {
+            rt.schedule(x.block(1).unwrap().write(), move |mut v| {
+                v.update(|_, e| 3.0 * e + f64::from(k));
+                Ok(())
+            })
+            .unwrap();
+        }
+        let blocks = x.to_blocks().unwrap();
+        assert!(
+            blocks[0].iter().chain(&blocks[2]).all(|&v| v == 1.0),
+            "blocks 0 and 2 overlapped"
+        );
+        let want = (0..50).fold(0.0, |v, k| 3.0 * v + f64::from(k));
+        assert!(
+            blocks[1].iter().all(|&v| v == want),
+            "updates of one block ran in order"
+        );
+    }
+}
