@@ -16,7 +16,7 @@
 use crate::access::{Access, AccessList};
 use crate::error::Result;
 use crate::hazard::{HazardSet, Mode};
-use crate::runtime::host_access;
+use crate::runtime::host;
 
 /// A piece of storage that views can be resolved from: an owner token and a descriptor.
 ///
@@ -131,21 +131,17 @@ impl<R: Region> Alias<R> {
 
     /// Blocks until the value is ready (the last write enrolled before this call is done).
     pub fn wait(&self) -> Result<()> {
-        host_access(&self.hazards, Mode::Read, || ())
+        host(self.read(), |_| ())
     }
 
     /// Waits for the value, then runs `f` on the host with its view.
     pub fn with<T>(&self, f: impl FnOnce(R::Ref<'_>) -> T) -> Result<T> {
-        host_with(&self.region, &self.hazards, f)
+        host(self.read(), f)
     }
 
     /// Waits for every earlier access, then runs `f` on the host with the exclusive view.
     pub fn with_mut<T>(&self, f: impl FnOnce(R::Mut<'_>) -> T) -> Result<T> {
-        host_access(&self.hazards, Mode::Update, || {
-            // SAFETY: `host_access` holds a granted update of every record of the alias
-            // while this closure runs, and the view does not escape it.
-            unsafe { self.region.resolve_mut() }.map(f)
-        })?
+        host(self.write(), f)
     }
 }
 
@@ -172,25 +168,13 @@ impl<R: Region> ReadAlias<R> {
 
     /// Blocks until the value is ready.
     pub fn wait(&self) -> Result<()> {
-        host_access(&self.hazards, Mode::Read, || ())
+        host(self.read(), |_| ())
     }
 
     /// Waits for the value, then runs `f` on the host with its view.
     pub fn with<T>(&self, f: impl FnOnce(R::Ref<'_>) -> T) -> Result<T> {
-        host_with(&self.region, &self.hazards, f)
+        host(self.read(), f)
     }
-}
-
-fn host_with<R: Region, T>(
-    region: &R,
-    hazards: &HazardSet,
-    f: impl FnOnce(R::Ref<'_>) -> T,
-) -> Result<T> {
-    host_access(hazards, Mode::Read, || {
-        // SAFETY: `host_access` holds a granted read of every record while this closure
-        // runs, and the view does not escape it.
-        unsafe { region.resolve() }.map(f)
-    })?
 }
 
 /// A shared read access: owns the region (owner token) and the records to enroll on.

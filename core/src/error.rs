@@ -100,6 +100,16 @@ pub enum Error {
         /// The task that tried to wait.
         task: TaskId,
     },
+    /// A host wait was attempted on a worker thread of a runtime (inside `Runtime::install`,
+    /// or in a rayon job started by a kernel), where it could park the worker it waits for.
+    #[error(
+        "expected a host wait on a thread outside the worker pools, but it was called on \
+         worker thread `{thread}`; declare the value as an access of a task instead"
+    )]
+    WaitOnWorker {
+        /// The worker thread's name.
+        thread: String,
+    },
     /// A value was read before any write constructed it.
     #[error(
         "expected a constructed value, but {record} holds none (its producing write has not succeeded)"
@@ -137,6 +147,7 @@ impl PartialEq for Error {
                 },
             ) => (record, first, second) == (r, f, s),
             (WaitInsideTask { task: a }, WaitInsideTask { task: b }) => a == b,
+            (WaitOnWorker { thread: a }, WaitOnWorker { thread: b }) => a == b,
             (Unconstructed { record: a }, Unconstructed { record: b }) => a == b,
             (
                 Runtime { threads, message },

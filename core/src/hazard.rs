@@ -208,14 +208,16 @@ impl HazardSet {
         }
     }
 
-    /// The composite of several records (for a view that spans several blocks).
+    /// The composite of several records (for a view that spans several blocks). A record
+    /// given twice is kept once.
     pub fn composite(records: impl IntoIterator<Item = Arc<HazardRecord>>) -> Self {
-        Self {
-            records: records.into_iter().collect(),
-        }
+        let mut records: SmallVec<[Arc<HazardRecord>; 1]> = records.into_iter().collect();
+        records.sort_unstable_by_key(|r| r.id());
+        records.dedup_by_key(|r| r.id());
+        Self { records }
     }
 
-    /// The records, in the order they were given.
+    /// The records (for a composite: in increasing id order, each once).
     pub fn records(&self) -> &[Arc<HazardRecord>] {
         &self.records
     }

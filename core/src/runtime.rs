@@ -25,7 +25,6 @@
 use crate::access::{Access, AccessList};
 use crate::enroll::enroll;
 use crate::error::{Error, FailureCause, KernelError, Result, TaskFailure, TaskId};
-use crate::hazard::{HazardSet, Mode};
 use crate::primitive::{Arc, Latch};
 use crate::task::{TaskNode, Work};
 use crossbeam_queue::SegQueue;
@@ -135,6 +134,9 @@ impl std::fmt::Debug for Runtime {
 thread_local! {
     /// The task whose kernel this thread is running, if any.
     static CURRENT_TASK: Cell<Option<TaskId>> = const { Cell::new(None) };
+    /// Whether this thread is a worker of some runtime's pool (a host wait here could park
+    /// the very worker the awaited task needs).
+    static ON_WORKER: Cell<bool> = const { Cell::new(false) };
     /// The runtime made current by [`Runtime::enter`], or by running one of its tasks.
     static CURRENT_RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
 }
@@ -172,6 +174,7 @@ impl Runtime {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("tessera-worker-{i}"))
+            .start_handler(|_| ON_WORKER.with(|w| w.set(true)))
             .build()
             .map_err(|e| Error::Runtime {
                 threads,
@@ -360,7 +363,9 @@ fn run_job(node: &TaskNode, job: Job) {
         .find_map(|a| a.record.poison());
     let outcome = match inherited {
         Some(origin) => {
-            drop(kernel);
+            // The kernel's captures are user values: a panicking `Drop` must not unwind out
+            // of the worker.
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(kernel)));
             Err(origin)
         }
         None => {
@@ -397,15 +402,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Enrolls a host access on `hazards` with `mode`, waits for its grant, runs `f`, releases.
-pub(crate) fn host_access<R>(hazards: &HazardSet, mode: Mode, f: impl FnOnce() -> R) -> Result<R> {
-    let mut accesses = AccessList::new();
-    for record in hazards.records() {
-        accesses.push(record, mode);
-    }
-    host_enrolled(accesses, f)
-}
-
 /// Runs `f` on this (host) thread over the views of `access`, once every access it declares
 /// is granted; returns what `f` returns.
 ///
@@ -416,7 +412,9 @@ pub(crate) fn host_access<R>(hazards: &HazardSet, mode: Mode, f: impl FnOnce() -
 /// values.
 ///
 /// `f` must not wait for work enrolled on these records after this call (that work waits for
-/// `f`). Called inside a task, it returns [`Error::WaitInsideTask`] and enrolls nothing.
+/// `f`). Called inside a task it returns [`Error::WaitInsideTask`], and on a worker thread
+/// (inside [`Runtime::install`], or a rayon job a kernel started) [`Error::WaitOnWorker`];
+/// either way it enrolls nothing.
 ///
 /// ```
 /// use tessera_core::{Async, host};
@@ -435,24 +433,34 @@ pub fn host<A: Access, R>(access: A, f: impl FnOnce(A::View<'_>) -> R) -> Result
         // SAFETY: `host_enrolled` runs this closure only once every declared access is
         // granted, and the views do not escape the closure.
         unsafe { access.resolve() }.map(f)
-    })?
+    })
 }
 
 /// The shared body of host accesses: enroll `accesses`, wait, check poison, run `f`,
 /// publish the outcome on written records, release.
-fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> R) -> Result<R> {
+fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> Result<R>) -> Result<R> {
     if let Some(task) = CURRENT_TASK.with(Cell::get) {
         return Err(Error::WaitInsideTask { task });
     }
+    if ON_WORKER.with(Cell::get) {
+        return Err(Error::WaitOnWorker {
+            thread: std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_owned(),
+        });
+    }
     accesses.normalize()?;
     let latch = std::sync::Arc::new(Latch::new());
-    let node = TaskNode::new(next_task_id());
+    let id = next_task_id();
+    let node = TaskNode::new(id);
     enroll(&node, &mut accesses);
     node.attach(Work::Wake(std::sync::Arc::clone(&latch)));
     if let Some(ready) = TaskNode::finish_enrollment(Arc::clone(&node)) {
         dispatch(ready);
     }
     latch.wait();
+    let written = || accesses.items.iter().filter(|a| a.mode.writes());
     let poison = accesses
         .items
         .iter()
@@ -461,16 +469,28 @@ fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> R) -> Result<R
     let result = match poison {
         Some(origin) => Err(Error::Poisoned { origin }),
         None => match catch_unwind(AssertUnwindSafe(f)) {
-            Ok(value) => {
-                // Host writes that ran leave clean values (an update ran only if its input
-                // was clean; an overwrite starts a clean epoch).
-                for a in accesses.items.iter().filter(|a| a.mode.writes()) {
+            Ok(Ok(value)) => {
+                // A host write that ran to completion leaves clean values (an update runs
+                // only on clean inputs; an overwrite starts a clean epoch).
+                for a in written() {
                     a.record.set_poison(None);
                 }
                 Ok(value)
             }
+            // Nothing was written (the views could not be resolved): the epochs keep
+            // whatever state, and origin, they had.
+            Ok(Err(e)) => Err(e),
             Err(panic) => {
-                // Release first: a panicking host closure must not leave later work waiting.
+                // A half-done host write must not read as clean: poison what it wrote, then
+                // release, so later work neither waits forever nor trusts the value.
+                let failure = std::sync::Arc::new(TaskFailure {
+                    task: id,
+                    name: "host access",
+                    cause: FailureCause::Panic(panic_message(&*panic)),
+                });
+                for a in written() {
+                    a.record.set_poison(Some(std::sync::Arc::clone(&failure)));
+                }
                 release(&node);
                 std::panic::resume_unwind(panic)
             }

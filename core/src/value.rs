@@ -172,7 +172,9 @@ impl<T: Send + Sync + 'static> Async<T> {
 
     /// An explicit, scheduled copy of the value onto a new, independent timeline. The copy
     /// is ordered after the writes enrolled on `self` so far; later writes to either value do
-    /// not touch the other.
+    /// not touch the other. If the copy fails (a poisoned source), the copy is poisoned and
+    /// holds no value: [`Async::set`] revives it, while `overwrite()` buffers, which hand out
+    /// `&mut T`, fail with [`Error::Unconstructed`](crate::Error::Unconstructed).
     pub fn duplicate(&self) -> Result<Async<T>>
     where
         T: Clone,

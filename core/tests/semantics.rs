@@ -247,3 +247,59 @@ fn host_update_through_with_mut_is_ordered() {
     assert_eq!(a.get().unwrap(), 22);
     assert!(Mode::Update.reads() && Mode::Update.writes() && !Mode::Overwrite.reads());
 }
+
+#[test]
+fn a_host_wait_on_a_worker_thread_is_refused_instead_of_parking_the_worker() {
+    let rt = Runtime::new(1).unwrap();
+    let a = Async::new(1_u32);
+    let result = rt.install(|| {
+        rt.schedule(a.write(), |a| {
+            *a += 1;
+            Ok(())
+        })
+        .unwrap();
+        a.get()
+    });
+    assert!(
+        matches!(result, Err(Error::WaitOnWorker { .. })),
+        "got {result:?}"
+    );
+    assert_eq!(a.get().unwrap(), 2, "the task still ran");
+}
+
+#[test]
+fn a_panicking_host_write_poisons_what_it_wrote() {
+    let a = Async::new(vec![1, 2, 3]);
+    let alias = a.alias();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        alias
+            .with_mut(|v| {
+                v.push(4);
+                panic!("host closure failed halfway");
+            })
+            .ok()
+    }));
+    assert!(caught.is_err());
+    match a.get() {
+        Err(Error::Poisoned { origin }) => {
+            assert!(
+                matches!(&origin.cause, tessera_core::FailureCause::Panic(m) if m.contains("halfway"))
+            );
+        }
+        other => panic!("expected the half-written value to be poisoned, got {other:?}"),
+    }
+    a.set(vec![9]);
+    assert_eq!(
+        a.get().unwrap(),
+        vec![9],
+        "an overwrite starts a clean epoch"
+    );
+}
+
+#[test]
+fn a_composite_set_keeps_each_record_once() {
+    let a = Async::new(0_u8);
+    let r = std::sync::Arc::clone(&a.alias().hazards().records()[0]);
+    let set = tessera_core::HazardSet::composite([r.clone(), r]);
+    assert_eq!(set.records().len(), 1);
+}
