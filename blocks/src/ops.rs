@@ -262,13 +262,44 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         blocks: Blocks<'_>,
     ) -> Result<Self, Error> {
         let permuted = self.structure().permuted(perm, n_codomain)?;
+        blocks.resolve(self.num_blocks())?;
+        let out = Self::zeros(permuted.structure);
+        self.permute_into(perm, n_codomain, &out, blocks)?;
+        Ok(out)
+    }
+
+    /// Like [`permute`](Self::permute), into an existing array `out` that has the permuted
+    /// structure (so a repeated permutation reuses its allocation).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StructureMismatch`] when `out` does not have the permuted structure,
+    /// [`Error::AliasedOperands`] when `out` is `self`.
+    pub fn permute_into(
+        &self,
+        perm: &[usize],
+        n_codomain: usize,
+        out: &Self,
+        blocks: Blocks<'_>,
+    ) -> Result<(), Error> {
+        let permuted = self.structure().permuted(perm, n_codomain)?;
+        if **out.structure() != permuted.structure {
+            return Err(Error::StructureMismatch {
+                expected: describe(&permuted.structure),
+                given: describe(out.structure()),
+            });
+        }
+        if self.same_storage(out) {
+            return Err(Error::AliasedOperands {
+                operation: "permute_into",
+            });
+        }
         let ids = blocks.resolve(self.num_blocks())?;
-        let out = Self::zeros(permuted.structure.clone());
         for &i in &ids {
             let sign = T::from_f64(f64::from(permuted.sign(i).expect("block of the structure")));
-            self.relabel_block(i, &out, permuted.block_map[i], perm.to_vec(), sign, false)?;
+            self.relabel_block(i, out, permuted.block_map[i], perm.to_vec(), sign, false)?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The adjoint: codomain and domain swapped, legs dualled, elements conjugated (each
@@ -621,6 +652,16 @@ mod tests {
             x.permute(&[0, 0], 1, Blocks::All),
             Err(Error::InvalidPermutation { .. })
         ));
+        assert!(matches!(
+            x.permute_into(&[1, 0], 1, &other, Blocks::All),
+            Err(Error::StructureMismatch { .. })
+        ));
+        assert_eq!(
+            x.permute_into(&[0, 1], 1, &x, Blocks::All),
+            Err(Error::AliasedOperands {
+                operation: "permute_into"
+            })
+        );
         assert!(matches!(x.get(&[7, 0]), Err(Error::IndexOutOfRange { .. })));
         assert!(matches!(x.get(&[0]), Err(Error::IndexOutOfRange { .. })));
         assert_eq!(

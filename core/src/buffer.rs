@@ -361,9 +361,121 @@ pub fn zip_runs_ref<T: Copy, U: Copy>(
     true
 }
 
-/// The edge of the square tiles a transposing copy works in: 16 x 16 `f64`s (2 KiB) per
-/// side keep both the source lines and the destination lines of a tile in L1.
-const TILE: usize = 16;
+/// The tiles of a transposing copy: `TILE_FAST` elements along the source's contiguous axis
+/// (one 64-byte line of `f64`s) by `TILE_DST` along the destination's. Each pass down the
+/// destination's axis touches `TILE_DST` source lines at once, independent loads the core
+/// overlaps; the next `TILE_FAST - 1` passes find those lines in L1.
+const TILE_FAST: usize = 8;
+/// See [`TILE_FAST`].
+const TILE_DST: usize = 64;
+/// The square a full tile is moved through: 8 x 8 elements, which the compiler keeps in
+/// vector registers.
+const MICRO: usize = 8;
+
+/// Hints the cache to fetch the line holding `p`. A hint only: it never faults, whatever
+/// `p` is, and does nothing on targets without the instruction.
+#[inline(always)]
+fn prefetch<U>(p: *const U) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` is a hint; it does not access memory architecturally and cannot
+    // fault, so any address is fine. SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// `dst[r + c * ld_dst] = f(src[c + r * ld_src])` for `r, c < MICRO`.
+///
+/// # Safety
+///
+/// Every element named lies inside an allocation the caller may read (`src`) or write
+/// exclusively (`dst`), and the two squares do not overlap.
+#[inline(always)]
+unsafe fn micro_transpose<T: Copy, U: Copy>(
+    dst: *mut T,
+    ld_dst: isize,
+    src: *const U,
+    ld_src: isize,
+    f: &impl Fn(U) -> T,
+) {
+    // SAFETY: the caller's duty covers every offset used below.
+    unsafe {
+        let first = f(*src);
+        let mut tile = [[first; MICRO]; MICRO];
+        for (r, row) in tile.iter_mut().enumerate() {
+            let line = src.offset(r as isize * ld_src);
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = f(*line.add(c));
+            }
+        }
+        for c in 0..MICRO {
+            let line = dst.offset(c as isize * ld_dst);
+            for (r, row) in tile.iter().enumerate() {
+                *line.add(r) = row[c];
+            }
+        }
+    }
+}
+
+/// Merges each pair of adjacent axes that is laid out in order on both sides (stride of the
+/// next axis = stride times extent of this one, in both views): the same elements, fewer and
+/// longer axes. Length-1 axes are dropped.
+#[allow(clippy::type_complexity)]
+fn merge_axes(
+    dims: &[usize],
+    a: &[isize],
+    b: &[isize],
+) -> (
+    SmallVec<[usize; 4]>,
+    SmallVec<[isize; 4]>,
+    SmallVec<[isize; 4]>,
+) {
+    let (mut d, mut sa, mut sb) = (SmallVec::new(), SmallVec::new(), SmallVec::new());
+    for k in 0..dims.len() {
+        if dims[k] == 1 {
+            continue;
+        }
+        if let (Some(&ld), Some(&la), Some(&lb)) = (d.last(), sa.last(), sb.last()) {
+            let ld: usize = ld;
+            if a[k] == la * ld as isize && b[k] == lb * ld as isize {
+                *d.last_mut().expect("nonempty") = ld * dims[k];
+                continue;
+            }
+        }
+        d.push(dims[k]);
+        sa.push(a[k]);
+        sb.push(b[k]);
+    }
+    if d.is_empty() {
+        d.push(1);
+        sa.push(1);
+        sb.push(1);
+    }
+    (d, sa, sb)
+}
+
+/// Calls `f(offset_a, offset_b)` for every multi-index of `dims`, first axis fastest.
+fn for_each_offset_pair(dims: &[usize], a: &[isize], b: &[isize], mut f: impl FnMut(isize, isize)) {
+    let n: usize = dims.iter().product();
+    let mut index: SmallVec<[usize; 4]> = smallvec::smallvec![0; dims.len()];
+    let (mut oa, mut ob) = (0_isize, 0_isize);
+    for _ in 0..n {
+        f(oa, ob);
+        for axis in 0..dims.len() {
+            index[axis] += 1;
+            oa += a[axis];
+            ob += b[axis];
+            if index[axis] < dims[axis] {
+                break;
+            }
+            oa -= a[axis] * dims[axis] as isize;
+            ob -= b[axis] * dims[axis] as isize;
+            index[axis] = 0;
+        }
+    }
+}
 
 macro_rules! shared_view_methods {
     () => {
@@ -496,51 +608,90 @@ impl<T: Copy> StridedMut<'_, T> {
     }
 
     /// Sets every element to `f(src element)`, for a source of the same dims with any strides
-    /// (a permuted view, say). When the source's fastest axis is not the destination's, the
-    /// copy runs in square tiles over those two axes so both sides stream through cache.
-    /// Returns `false` (and writes nothing) when the dims differ.
+    /// (a permuted view, say). Axes that stay adjacent and in order on both sides are merged
+    /// first; when the source's fastest axis is then not the destination's, the copy runs in
+    /// square tiles over those two axes so both sides stream through cache. Returns `false`
+    /// (and writes nothing) when the dims differ.
     pub fn assign_map<U: Copy>(&mut self, src: &StridedRef<'_, U>, f: impl Fn(U) -> T) -> bool {
         if self.dims != src.dims {
             return false;
         }
-        let n = self.dims.len();
+        if self.dims.contains(&0) {
+            return true;
+        }
+        let (dims, ds, ss) = merge_axes(&self.dims, &self.strides, &src.strides);
+        let (pd, ps) = (self.ptr, src.ptr);
+        let n = dims.len();
         // The source axis with the smallest stride (other than length-1 axes).
         let fast = (0..n)
-            .filter(|&a| self.dims[a] > 1)
-            .min_by_key(|&a| src.strides[a].unsigned_abs());
-        let Some(fast) = fast.filter(|&a| a != 0 && self.dims[0] > 1) else {
-            return zip_runs(self, src, |_, d, s| {
+            .filter(|&a| dims[a] > 1)
+            .min_by_key(|&a| ss[a].unsigned_abs());
+        let Some(fast) = fast.filter(|&a| a != 0 && dims[0] > 1) else {
+            for_each_common_run(&dims, [&ds, &ss], |_, run, [od, os]| {
+                // SAFETY: the run lies inside both views' checked extents (it is contiguous in
+                // both); `self` holds an exclusive grant distinct from `src`'s.
+                let (d, s) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(pd.offset(od), run),
+                        std::slice::from_raw_parts(ps.offset(os), run),
+                    )
+                };
                 for (d, &s) in d.iter_mut().zip(s) {
                     *d = f(s);
                 }
             });
+            return true;
         };
         // Tiles over destination axis 0 and axis `fast`; the other axes are outer loops.
-        let (pd, ps) = (self.ptr, src.ptr);
-        let (d0, df) = (self.strides[0], self.strides[fast]);
-        let (s0, sf) = (src.strides[0], src.strides[fast]);
-        let (n0, nf) = (self.dims[0], self.dims[fast]);
+        let (d0, df, s0, sf) = (ds[0], ds[fast], ss[0], ss[fast]);
+        let (n0, nf) = (dims[0], dims[fast]);
         let outer: SmallVec<[usize; 4]> = (1..n).filter(|&a| a != fast).collect();
-        let outer_dims: SmallVec<[usize; 4]> = outer.iter().map(|&a| self.dims[a]).collect();
-        let outer_d: SmallVec<[isize; 4]> = outer.iter().map(|&a| self.strides[a]).collect();
-        let outer_s: SmallVec<[isize; 4]> = outer.iter().map(|&a| src.strides[a]).collect();
-        for_each_common_run(&outer_dims, [&outer_d, &outer_s], |_, run, [od, os]| {
-            // `run` is 1 unless the outer axes happen to be dense; walk it element by element.
-            for r in 0..run as isize {
-                // Inside a run shared by both views, element `r` sits at offset `r` in each.
-                let (bd, bs) = (od + r, os + r);
-                for jf in (0..nf).step_by(TILE) {
-                    for j0 in (0..n0).step_by(TILE) {
-                        for f_i in jf..(jf + TILE).min(nf) {
-                            for i0 in j0..(j0 + TILE).min(n0) {
-                                let (i0, f_i) = (i0 as isize, f_i as isize);
-                                // SAFETY: (i0, f_i) and the outer index are in range, so both
-                                // offsets lie in their views' checked extents; `self` holds an
-                                // exclusive grant distinct from `src`'s.
-                                unsafe {
-                                    *pd.offset(bd + i0 * d0 + f_i * df) =
-                                        f(*ps.offset(bs + i0 * s0 + f_i * sf));
-                                }
+        let outer_dims: SmallVec<[usize; 4]> = outer.iter().map(|&a| dims[a]).collect();
+        let outer_d: SmallVec<[isize; 4]> = outer.iter().map(|&a| ds[a]).collect();
+        let outer_s: SmallVec<[isize; 4]> = outer.iter().map(|&a| ss[a]).collect();
+        for_each_offset_pair(&outer_dims, &outer_d, &outer_s, |bd, bs| {
+            for jf in (0..nf).step_by(TILE_FAST) {
+                let ef = (jf + TILE_FAST).min(nf);
+                for j0 in (0..n0).step_by(TILE_DST) {
+                    let e0 = (j0 + TILE_DST).min(n0);
+                    // Inside a tile the destination is written along its axis 0 (contiguous)
+                    // and the source read across its lines, which stay in L1 for the tile.
+                    if d0 == 1 && sf == 1 && ef - jf == MICRO && (e0 - j0) % MICRO == 0 {
+                        // A full tile of a plain transpose: move it through a register-sized
+                        // square, read along source lines, written along destination lines.
+                        for k in (j0..e0).step_by(MICRO) {
+                            // The source lines two squares ahead: prefetching hides the
+                            // latency of lines a strided walk gives the hardware no hint of.
+                            for r in (k + 2 * MICRO)..(k + 3 * MICRO).min(n0) {
+                                prefetch(ps.wrapping_offset(bs + r as isize * s0 + jf as isize));
+                            }
+                            // SAFETY: the square spans i0 in k..k + MICRO <= n0 and f in
+                            // jf..jf + MICRO <= nf at an in-range outer index: inside both
+                            // checked extents; the grants are exclusive / shared and distinct.
+                            unsafe {
+                                micro_transpose(
+                                    pd.offset(bd + k as isize + jf as isize * df),
+                                    df,
+                                    ps.offset(bs + k as isize * s0 + jf as isize),
+                                    s0,
+                                    &f,
+                                )
+                            };
+                        }
+                        continue;
+                    }
+                    for i_f in jf..ef {
+                        let i_f = i_f as isize;
+                        // SAFETY: j0..e0 < n0 and i_f < nf, and (bd, bs) is an in-range outer
+                        // index, so every offset lies in its view's checked extent; `self`
+                        // holds an exclusive grant distinct from `src`'s.
+                        unsafe {
+                            let mut dp = pd.offset(bd + j0 as isize * d0 + i_f * df);
+                            let mut sp = ps.offset(bs + j0 as isize * s0 + i_f * sf);
+                            for _ in j0..e0 {
+                                *dp = f(*sp);
+                                dp = dp.offset(d0);
+                                sp = sp.offset(s0);
                             }
                         }
                     }

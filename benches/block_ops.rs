@@ -1,0 +1,92 @@
+//! Block operation bandwidth: leg permutation beside a plain copy of the same bytes (same
+//! threads, same run), and axpy and norm, in bytes moved per second.
+//!
+//! `cargo bench --bench block_ops`
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use rayon::prelude::*;
+use std::hint::black_box;
+use std::sync::Arc;
+use tessera::blocks::{AsyncArray, BlockStructure, Blocks, Direction, Leg, U1};
+use tessera::prelude::Runtime;
+
+/// Four legs with U(1) sectors -2..=2 of dimension `d` each, flux 0: blocks of d^4 elements.
+fn structure(d: usize) -> Arc<BlockStructure<U1>> {
+    let leg = |dir| Leg::new(dir, (-2..=2).map(|q| (U1(q), d))).unwrap();
+    Arc::new(
+        BlockStructure::from_legs(
+            vec![
+                leg(Direction::In),
+                leg(Direction::In),
+                leg(Direction::Out),
+                leg(Direction::Out),
+            ],
+            2,
+            U1(0),
+        )
+        .unwrap(),
+    )
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = Runtime::new(2).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("block_ops");
+    group.sample_size(20);
+    for d in [8_usize, 16] {
+        let s = structure(d);
+        let block = d.pow(4);
+        let len = s.total_len();
+        let bytes = (len * size_of::<f64>()) as u64;
+        let x = AsyncArray::<f64, U1>::random(Arc::clone(&s), 1);
+        let y = AsyncArray::<f64, U1>::random(Arc::clone(&s), 2);
+        let perm = [2, 3, 0, 1];
+        let p = runtime.enter(|| x.permute(&perm, 2, Blocks::All).unwrap());
+        let label = format!("block{block}_total{}MiB", bytes >> 20);
+
+        group.throughput(Throughput::Bytes(2 * bytes));
+        group.bench_function(BenchmarkId::new("permute_2301", &label), |b| {
+            b.iter(|| {
+                runtime.enter(|| x.permute_into(&perm, 2, &p, Blocks::All).unwrap());
+                p.wait().unwrap();
+            })
+        });
+        let src: Vec<f64> = (0..len).map(|i| i as f64).collect();
+        let mut dst = vec![0.0_f64; len];
+        group.bench_function(BenchmarkId::new("plain_copy_baseline", &label), |b| {
+            b.iter(|| {
+                pool.install(|| {
+                    dst.par_chunks_mut(block)
+                        .zip(src.par_chunks(block))
+                        .for_each(|(d, s)| d.copy_from_slice(s))
+                });
+                black_box(&dst);
+            })
+        });
+        group.throughput(Throughput::Bytes(3 * bytes));
+        group.bench_function(BenchmarkId::new("axpy", &label), |b| {
+            b.iter(|| {
+                runtime.enter(|| y.axpy(1e-9, &x, Blocks::All).unwrap());
+                y.wait().unwrap();
+            })
+        });
+        group.throughput(Throughput::Bytes(bytes));
+        group.bench_function(BenchmarkId::new("norm", &label), |b| {
+            b.iter(|| {
+                black_box(
+                    runtime
+                        .enter(|| x.norm(Blocks::All).unwrap())
+                        .get()
+                        .unwrap(),
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
