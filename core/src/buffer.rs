@@ -749,7 +749,13 @@ mod tests {
 
     #[test]
     fn permuted_assign_equals_the_elementwise_definition() {
-        let dims = [3_usize, 17, 2, 20];
+        // Odd sizes (scalar edge tiles) and multiples of 8 (full micro-tiles, prefetch).
+        permuted_assign_case([3, 17, 2, 20]);
+        permuted_assign_case([16, 3, 24, 2]);
+        permuted_assign_case([8, 8, 8, 8]);
+    }
+
+    fn permuted_assign_case(dims: [usize; 4]) {
         let n: usize = dims.iter().product();
         let src_buf = SharedBuffer::<u64>::zeroed(n);
         let dense = |d: &[usize]| -> Vec<isize> {
