@@ -690,8 +690,10 @@ impl<T: Copy> StridedMut<'_, T> {
                             let mut sp = ps.offset(bs + j0 as isize * s0 + i_f * sf);
                             for _ in j0..e0 {
                                 *dp = f(*sp);
-                                dp = dp.offset(d0);
-                                sp = sp.offset(s0);
+                                // Wrapping: after the last element the pointers step past
+                                // the view, and are never dereferenced there.
+                                dp = dp.wrapping_offset(d0);
+                                sp = sp.wrapping_offset(s0);
                             }
                         }
                     }
@@ -749,10 +751,16 @@ mod tests {
 
     #[test]
     fn permuted_assign_equals_the_elementwise_definition() {
-        // Odd sizes (scalar edge tiles) and multiples of 8 (full micro-tiles, prefetch).
-        permuted_assign_case([3, 17, 2, 20]);
-        permuted_assign_case([16, 3, 24, 2]);
-        permuted_assign_case([8, 8, 8, 8]);
+        // Odd sizes (scalar edge tiles) and multiples of 8 (full micro-tiles, prefetch);
+        // small ones under Miri, which interprets every element access.
+        if cfg!(miri) {
+            permuted_assign_case([3, 5, 2, 4]);
+            permuted_assign_case([8, 3, 8, 2]);
+        } else {
+            permuted_assign_case([3, 17, 2, 20]);
+            permuted_assign_case([16, 3, 24, 2]);
+            permuted_assign_case([8, 8, 8, 8]);
+        }
     }
 
     fn permuted_assign_case(dims: [usize; 4]) {
