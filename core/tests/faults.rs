@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Replayed, kernel, random_program, replay};
+use common::{Replayed, accesses, kernel, random_program, replay};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera_core::{Async, Error, FailureCause, Runtime, TaskId};
@@ -37,18 +37,7 @@ fn injected_failures_reach_exactly_the_dependent_results() {
         let values: Vec<Async<u64>> = (0..records as u64).map(Async::new).collect();
         let mut ids: Vec<TaskId> = Vec::with_capacity(ops.len());
         for op in &ops {
-            let reads: Vec<_> = op.reads.iter().map(|&r| values[r].read()).collect();
-            let writes: Vec<_> = op
-                .writes
-                .iter()
-                .map(|&w| {
-                    if op.overwrite {
-                        values[w].overwrite()
-                    } else {
-                        values[w].write()
-                    }
-                })
-                .collect();
+            let (reads, writes) = accesses(op, &values);
             let op = op.clone();
             let guard = Live::new(&live);
             let id = rt

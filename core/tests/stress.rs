@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Replayed, kernel, random_program, replay};
+use common::{Replayed, accesses, kernel, random_program, replay};
 use tessera_core::{Async, Runtime};
 
 fn run(seed: u64, tasks: usize, records: usize, threads: usize) {
@@ -11,18 +11,7 @@ fn run(seed: u64, tasks: usize, records: usize, threads: usize) {
     let rt = Runtime::new(threads).unwrap();
     let values: Vec<Async<u64>> = (0..records as u64).map(Async::new).collect();
     for op in &ops {
-        let reads: Vec<_> = op.reads.iter().map(|&r| values[r].read()).collect();
-        let writes: Vec<_> = op
-            .writes
-            .iter()
-            .map(|&w| {
-                if op.overwrite {
-                    values[w].overwrite()
-                } else {
-                    values[w].write()
-                }
-            })
-            .collect();
+        let (reads, writes) = accesses(op, &values);
         let op = op.clone();
         rt.schedule((reads, writes), move |(ins, mut outs)| {
             let ins: Vec<u64> = ins.into_iter().copied().collect();

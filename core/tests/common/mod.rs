@@ -4,6 +4,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use tessera_core::{Async, ReadBuffer, ValueRegion, WriteBuffer};
 
 /// One operation of a random program.
 #[derive(Clone, Debug)]
@@ -115,4 +116,28 @@ pub fn replay(ops: &[Op], records: usize) -> Vec<Replayed> {
         }
     }
     state
+}
+
+/// The buffers an op declares over `values`: reads of its inputs, writes (update or
+/// overwrite) of its outputs.
+pub fn accesses(
+    op: &Op,
+    values: &[Async<u64>],
+) -> (
+    Vec<ReadBuffer<ValueRegion<u64>>>,
+    Vec<WriteBuffer<ValueRegion<u64>>>,
+) {
+    let reads = op.reads.iter().map(|&r| values[r].read()).collect();
+    let writes = op
+        .writes
+        .iter()
+        .map(|&w| {
+            if op.overwrite {
+                values[w].overwrite()
+            } else {
+                values[w].write()
+            }
+        })
+        .collect();
+    (reads, writes)
 }
