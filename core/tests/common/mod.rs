@@ -118,15 +118,15 @@ pub fn replay(ops: &[Op], records: usize) -> Vec<Replayed> {
     state
 }
 
-/// The buffers an op declares over `values`: reads of its inputs, writes (update or
-/// overwrite) of its outputs.
-pub fn accesses(
-    op: &Op,
-    values: &[Async<u64>],
-) -> (
+/// An op's declared buffers: reads of its inputs, writes of its outputs.
+pub type OpBuffers = (
     Vec<ReadBuffer<ValueRegion<u64>>>,
     Vec<WriteBuffer<ValueRegion<u64>>>,
-) {
+);
+
+/// The buffers an op declares over `values`: reads of its inputs, writes (update or
+/// overwrite) of its outputs.
+pub fn accesses(op: &Op, values: &[Async<u64>]) -> OpBuffers {
     let reads = op.reads.iter().map(|&r| values[r].read()).collect();
     let writes = op
         .writes
