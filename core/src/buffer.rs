@@ -649,54 +649,68 @@ impl<T: Copy> StridedMut<'_, T> {
         let outer_dims: SmallVec<[usize; 4]> = outer.iter().map(|&a| dims[a]).collect();
         let outer_d: SmallVec<[isize; 4]> = outer.iter().map(|&a| ds[a]).collect();
         let outer_s: SmallVec<[isize; 4]> = outer.iter().map(|&a| ss[a]).collect();
+        // One rectangle `rows x cols` of the 2-D problem (destination axis 0 by axis
+        // `fast`), element by element, at outer offsets (bd, bs).
+        let scalar =
+            |bd: isize, bs: isize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+                for i_f in cols {
+                    let i_f = i_f as isize;
+                    // SAFETY: rows < n0 and i_f < nf at an in-range outer index, so every offset
+                    // lies in its view's checked extent; `self` holds an exclusive grant distinct
+                    // from `src`'s.
+                    unsafe {
+                        let mut dp = pd.offset(bd + rows.start as isize * d0 + i_f * df);
+                        let mut sp = ps.offset(bs + rows.start as isize * s0 + i_f * sf);
+                        for _ in rows.clone() {
+                            *dp = f(*sp);
+                            // Wrapping: after the last element the pointers step past the view,
+                            // and are never dereferenced there.
+                            dp = dp.wrapping_offset(d0);
+                            sp = sp.wrapping_offset(s0);
+                        }
+                    }
+                }
+            };
         for_each_offset_pair(&outer_dims, &outer_d, &outer_s, |bd, bs| {
-            for jf in (0..nf).step_by(TILE_FAST) {
-                let ef = (jf + TILE_FAST).min(nf);
-                for j0 in (0..n0).step_by(TILE_DST) {
-                    let e0 = (j0 + TILE_DST).min(n0);
-                    // Inside a tile the destination is written along its axis 0 (contiguous)
-                    // and the source read across its lines, which stay in L1 for the tile.
-                    if d0 == 1 && sf == 1 && ef - jf == MICRO && (e0 - j0) % MICRO == 0 {
-                        // A full tile of a plain transpose: move it through a register-sized
-                        // square, read along source lines, written along destination lines.
-                        for k in (j0..e0).step_by(MICRO) {
-                            // The source lines two squares ahead: prefetching hides the
-                            // latency of lines a strided walk gives the hardware no hint of.
-                            for r in (k + 2 * MICRO)..(k + 3 * MICRO).min(n0) {
-                                prefetch(ps.wrapping_offset(bs + r as isize * s0 + jf as isize));
-                            }
-                            // SAFETY: the square spans i0 in k..k + MICRO <= n0 and f in
-                            // jf..jf + MICRO <= nf at an in-range outer index: inside both
-                            // checked extents; the grants are exclusive / shared and distinct.
-                            unsafe {
-                                micro_transpose(
-                                    pd.offset(bd + k as isize + jf as isize * df),
-                                    df,
-                                    ps.offset(bs + k as isize * s0 + jf as isize),
-                                    s0,
-                                    &f,
-                                )
-                            };
+            if d0 == 1 && sf == 1 {
+                // A plain transpose: bands of MICRO destination rows; along a band the source
+                // is read as MICRO sequential streams (which the hardware prefetches) and the
+                // destination written in whole lines, one register-sized square at a time.
+                let (n0m, nfm) = (n0 - n0 % MICRO, nf - nf % MICRO);
+                for k in (0..n0m).step_by(MICRO) {
+                    for jf in (0..nfm).step_by(MICRO) {
+                        // The same lines of the next band: a strided band start gives the
+                        // hardware no hint, so ask for them one band ahead.
+                        for r in (k + MICRO)..(k + 2 * MICRO).min(n0) {
+                            prefetch(ps.wrapping_offset(bs + r as isize * s0 + jf as isize));
                         }
-                        continue;
-                    }
-                    for i_f in jf..ef {
-                        let i_f = i_f as isize;
-                        // SAFETY: j0..e0 < n0 and i_f < nf, and (bd, bs) is an in-range outer
-                        // index, so every offset lies in its view's checked extent; `self`
-                        // holds an exclusive grant distinct from `src`'s.
+                        // SAFETY: the square spans i0 in k..k + MICRO <= n0 and f in
+                        // jf..jf + MICRO <= nf at an in-range outer index: inside both
+                        // checked extents; the grants are exclusive / shared and distinct.
                         unsafe {
-                            let mut dp = pd.offset(bd + j0 as isize * d0 + i_f * df);
-                            let mut sp = ps.offset(bs + j0 as isize * s0 + i_f * sf);
-                            for _ in j0..e0 {
-                                *dp = f(*sp);
-                                // Wrapping: after the last element the pointers step past
-                                // the view, and are never dereferenced there.
-                                dp = dp.wrapping_offset(d0);
-                                sp = sp.wrapping_offset(s0);
-                            }
-                        }
+                            micro_transpose(
+                                pd.offset(bd + k as isize + jf as isize * df),
+                                df,
+                                ps.offset(bs + k as isize * s0 + jf as isize),
+                                s0,
+                                &f,
+                            )
+                        };
                     }
+                }
+                scalar(bd, bs, 0..n0, nfm..nf);
+                scalar(bd, bs, n0m..n0, 0..nfm);
+                return;
+            }
+            // General strides: square-ish tiles, destination axis 0 innermost.
+            for jf in (0..nf).step_by(TILE_FAST) {
+                for j0 in (0..n0).step_by(TILE_DST) {
+                    scalar(
+                        bd,
+                        bs,
+                        j0..(j0 + TILE_DST).min(n0),
+                        jf..(jf + TILE_FAST).min(nf),
+                    );
                 }
             }
         });
