@@ -8,6 +8,7 @@
 //!
 //! ```sh
 //! cargo run --release --example task_graph -- --records 64 --rounds 2000 --threads 2
+//! cargo run --release --example task_graph -- --rounds 50 --trace trace.json  # Perfetto opens it
 //! ```
 
 use std::time::Instant;
@@ -40,6 +41,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::thread::available_parallelism()?.get(),
     );
     let runtime = Runtime::new(threads)?;
+    let trace_path = args
+        .iter()
+        .position(|a| a == "--trace")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    if trace_path.is_some() {
+        runtime.start_trace();
+    }
 
     let start = Instant::now();
     let values: Vec<Async<u64>> = (0..records as u64).map(Async::new).collect();
@@ -58,6 +67,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let enrolled = start.elapsed();
     let result: Vec<u64> = values.iter().map(Async::get).collect::<Result<_, _>>()?;
     let total = start.elapsed();
+    if let Some(path) = &trace_path {
+        let trace = runtime.stop_trace();
+        trace.write_chrome(path)?;
+        println!("wrote {} task events to {path}", trace.events.len());
+    }
 
     let replay_start = Instant::now();
     let mut replay: Vec<u64> = (0..records as u64).collect();

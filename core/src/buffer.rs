@@ -653,6 +653,9 @@ impl<T: Copy> StridedMut<'_, T> {
         // `fast`), element by element, at outer offsets (bd, bs).
         let scalar =
             |bd: isize, bs: isize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+                if rows.is_empty() {
+                    return; // its start may lie past the view
+                }
                 for i_f in cols {
                     let i_f = i_f as isize;
                     // SAFETY: rows < n0 and i_f < nf at an in-range outer index, so every offset

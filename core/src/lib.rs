@@ -26,6 +26,8 @@
 //!   storage and exact records, over any [`Region`] (a value, a block, a coalesced view).
 //! - [`Runtime`] and [`schedule`]: enrollment at the call, execution on a worker pool.
 //! - [`Error`]: typed errors; failures travel with the epochs they poisoned.
+//! - [`Trace`]: the task timeline a runtime records on request
+//!   ([`Runtime::start_trace`]), as Chrome trace-event JSON for Perfetto.
 //!
 //! Tasks are dependency-counted continuations rather than futures; the `runtime` module says
 //! why. The models of the hazard record and of composite enrollment are loom tests
@@ -44,6 +46,7 @@ mod primitive;
 mod runtime;
 mod storage;
 mod task;
+mod trace;
 mod value;
 
 #[cfg(all(test, loom))]
@@ -56,4 +59,5 @@ pub use domain::Domain;
 pub use error::{Error, FailureCause, KernelError, RecordId, Result, TaskFailure, TaskId};
 pub use hazard::{HazardRecord, HazardSet, Mode};
 pub use runtime::{Runtime, host, schedule};
+pub use trace::{Trace, TraceEvent};
 pub use value::{Async, ValueRegion};

@@ -27,6 +27,7 @@ use crate::enroll::enroll;
 use crate::error::{Error, FailureCause, KernelError, Result, TaskFailure, TaskId};
 use crate::primitive::{Arc, Latch};
 use crate::task::{TaskNode, Work};
+use crate::trace::{Recorder, Trace};
 use crossbeam_queue::SegQueue;
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
@@ -51,6 +52,8 @@ struct Inner {
     ready: SegQueue<(Arc<TaskNode>, Job)>,
     /// How many drainers are running (or spawned and about to run).
     drainers: AtomicUsize,
+    /// The task timeline, when recording.
+    trace: Recorder,
 }
 
 impl Inner {
@@ -186,6 +189,7 @@ impl Runtime {
                 threads,
                 ready: SegQueue::new(),
                 drainers: AtomicUsize::new(0),
+                trace: Recorder::default(),
             }),
         })
     }
@@ -210,6 +214,17 @@ impl Runtime {
     pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
         let _guard = EnterGuard::new(self.clone());
         f()
+    }
+
+    /// Starts recording the task timeline (discarding any earlier recording). Off by default;
+    /// when off it costs one relaxed load per task.
+    pub fn start_trace(&self) {
+        self.inner.trace.start();
+    }
+
+    /// Stops recording and returns the timeline of the tasks that ran meanwhile.
+    pub fn stop_trace(&self) -> Trace {
+        self.inner.trace.stop()
     }
 
     /// How many workers the pool has.
@@ -351,11 +366,12 @@ fn execute(mut node: Arc<TaskNode>, mut job: Job) {
 /// records it writes. The job, and with it every buffer and owner token, is dropped here.
 fn run_job(node: &TaskNode, job: Job) {
     let Job {
+        runtime,
         name,
         accesses,
         kernel,
-        ..
     } = job;
+    let started = runtime.trace.is_on().then(std::time::Instant::now);
     let inherited = accesses
         .items
         .iter()
@@ -389,6 +405,11 @@ fn run_job(node: &TaskNode, job: Job) {
     };
     for a in accesses.items.iter().filter(|a| a.mode.writes()) {
         a.record.set_poison(outcome.as_ref().err().cloned());
+    }
+    if let Some(started) = started {
+        runtime
+            .trace
+            .record(node.id(), name, started, outcome.is_err());
     }
 }
 
