@@ -67,18 +67,20 @@ impl<T> std::fmt::Debug for SharedBuffer<T> {
     }
 }
 
-impl<T: Zeroable> SharedBuffer<T> {
-    fn layout(len: usize) -> Layout {
-        let bytes = len
-            .max(1)
-            .checked_mul(size_of::<T>().max(1))
-            .expect("allocation size overflows usize");
-        Layout::from_size_align(bytes, ALIGN.max(align_of::<T>())).expect("valid layout")
-    }
+/// The layout of a buffer of `len` elements: at least one byte, aligned to [`ALIGN`]. The
+/// one definition both allocation and deallocation use.
+fn layout_of<T>(len: usize) -> Layout {
+    let bytes = len
+        .max(1)
+        .checked_mul(size_of::<T>().max(1))
+        .expect("allocation size overflows usize");
+    Layout::from_size_align(bytes, ALIGN.max(align_of::<T>())).expect("valid layout")
+}
 
+impl<T: Zeroable> SharedBuffer<T> {
     /// A zeroed host allocation of `len` elements, aligned to [`ALIGN`] bytes.
     pub fn zeroed(len: usize) -> Self {
-        let layout = Self::layout(len);
+        let layout = layout_of::<T>(len);
         // SAFETY: the layout has a non-zero size (at least one element, at least one byte).
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw.cast::<T>()) else {
@@ -191,9 +193,7 @@ impl<T: Zeroable> SharedBuffer<T> {
 
 impl<T> Drop for SharedBuffer<T> {
     fn drop(&mut self) {
-        let bytes = self.len.max(1) * size_of::<T>().max(1);
-        let layout =
-            Layout::from_size_align(bytes, ALIGN.max(align_of::<T>())).expect("valid layout");
+        let layout = layout_of::<T>(self.len);
         // SAFETY: allocated in `zeroed` with this very layout; nothing references it now (every
         // view borrows from a region that holds this buffer alive).
         unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) }
