@@ -10,12 +10,11 @@ use crate::hazard::{HazardRecord, Mode};
 use crate::primitive::Arc;
 use smallvec::SmallVec;
 
-/// One declared access: a record and a mode, plus the epoch it was enrolled at.
+/// One declared access: a record and a mode.
 #[derive(Clone, Debug)]
 pub(crate) struct AccessItem {
     pub(crate) record: Arc<HazardRecord>,
     pub(crate) mode: Mode,
-    pub(crate) epoch: u64,
 }
 
 /// The records a task declares, with their modes. Filled by [`Access::declare`].
@@ -35,7 +34,6 @@ impl AccessList {
         self.items.push(AccessItem {
             record: Arc::clone(record),
             mode,
-            epoch: 0,
         });
     }
 

@@ -13,27 +13,20 @@ use crate::primitive::Arc;
 use crate::task::TaskNode;
 use smallvec::SmallVec;
 
-/// Enrolls `node` on every record of a normalised `list`, recording each access's epoch.
-pub(crate) fn enroll(node: &Arc<TaskNode>, list: &mut AccessList) {
+/// Enrolls `node` on every record of a normalised `list`.
+pub(crate) fn enroll(node: &Arc<TaskNode>, list: &AccessList) {
     debug_assert!(
         list.items
             .windows(2)
             .all(|w| w[0].record.id() < w[1].record.id()),
         "enroll needs a normalised access list"
     );
-    if let [item] = list.items.as_mut_slice() {
-        item.epoch = item.record.lock().enroll(node, item.mode);
+    if let [item] = list.items.as_slice() {
+        item.record.lock().enroll(node, item.mode);
         return;
     }
-    let epochs: SmallVec<[u64; 8]> = {
-        let mut guards: SmallVec<[_; 8]> = list.items.iter().map(|i| i.record.lock()).collect();
-        guards
-            .iter_mut()
-            .zip(list.items.iter())
-            .map(|(guard, item)| guard.enroll(node, item.mode))
-            .collect()
-    };
-    for (item, epoch) in list.items.iter_mut().zip(epochs) {
-        item.epoch = epoch;
+    let mut guards: SmallVec<[_; 8]> = list.items.iter().map(|i| i.record.lock()).collect();
+    for (guard, item) in guards.iter_mut().zip(&list.items) {
+        guard.enroll(node, item.mode);
     }
 }

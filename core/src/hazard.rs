@@ -154,8 +154,8 @@ impl HazardRecord {
 }
 
 impl Locked<'_> {
-    /// Enrolls `node` with `mode`; returns the epoch the access belongs to.
-    pub(crate) fn enroll(&mut self, node: &Arc<TaskNode>, mode: Mode) -> u64 {
+    /// Enrolls `node` with `mode`.
+    pub(crate) fn enroll(&mut self, node: &Arc<TaskNode>, mode: Mode) {
         let state = &mut *self.guard;
         match mode {
             Mode::Read => {
@@ -166,7 +166,6 @@ impl Locked<'_> {
                     state.readers.retain(|r| !r.is_done());
                 }
                 state.readers.push(Arc::clone(node));
-                state.epoch
             }
             Mode::Update | Mode::Overwrite => {
                 if state.readers.is_empty() {
@@ -181,7 +180,6 @@ impl Locked<'_> {
                 }
                 state.last_write = Some(Arc::clone(node));
                 state.epoch += 1;
-                state.epoch
             }
         }
     }

@@ -34,7 +34,7 @@ fn enroll_wake(accesses: &[(&Arc<HazardRecord>, Mode)]) -> Pending {
     list.normalize().expect("models declare no aliasing");
     let latch = std::sync::Arc::new(Latch::new());
     let node = TaskNode::new(TaskId(0));
-    enroll(&node, &mut list);
+    enroll(&node, &list);
     node.attach(Work::Wake(std::sync::Arc::clone(&latch)));
     if let Some(ready) = TaskNode::finish_enrollment(Arc::clone(&node)) {
         wake(&ready);

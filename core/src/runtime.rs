@@ -260,7 +260,7 @@ impl Runtime {
         accesses.normalize()?;
         let id = next_task_id();
         let node = TaskNode::new(id);
-        enroll(&node, &mut accesses);
+        enroll(&node, &accesses);
         let mut access = access;
         let kernel: Kernel = Box::new(move || {
             // SAFETY: this closure runs only from `run_job`, after the node became ready,
@@ -475,7 +475,7 @@ fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> Result<R>) -> 
     let latch = std::sync::Arc::new(Latch::new());
     let id = next_task_id();
     let node = TaskNode::new(id);
-    enroll(&node, &mut accesses);
+    enroll(&node, &accesses);
     node.attach(Work::Wake(std::sync::Arc::clone(&latch)));
     if let Some(ready) = TaskNode::finish_enrollment(Arc::clone(&node)) {
         dispatch(ready);
