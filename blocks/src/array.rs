@@ -23,7 +23,7 @@ use std::sync::Arc;
 use tessera_backends::Scalar;
 use tessera_core::{
     Alias, Domain, HazardRecord, HazardSet, ReadBuffer, Region, SharedBuffer, StridedMut,
-    StridedRef, WriteBuffer,
+    StridedRef, WriteBuffer, for_each_offset,
 };
 
 /// The region of one block: the shared allocation and the block's strided descriptor.
@@ -147,22 +147,8 @@ fn for_each_dense<S: AbelianSector>(
         .zip(strides)
         .map(|((&seg, leg), &st)| leg.offset(seg).expect("segment of the leg") * st)
         .sum();
-    let shape = block.shape();
-    let n: usize = shape.iter().product();
-    let mut index: SmallVec<[usize; 4]> = smallvec::smallvec![0; shape.len()];
-    let mut at = base;
-    for k in 0..n {
-        f(at, k);
-        for axis in 0..shape.len() {
-            index[axis] += 1;
-            at += strides[axis];
-            if index[axis] < shape[axis] {
-                break;
-            }
-            at -= strides[axis] * shape[axis];
-            index[axis] = 0;
-        }
-    }
+    let strides: SmallVec<[isize; 4]> = strides.iter().map(|&s| s as isize).collect();
+    for_each_offset(block.shape(), &strides, |k, at| f(base + at as usize, k));
 }
 
 impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
@@ -287,18 +273,12 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                     given: values.len(),
                 });
             }
-            let shape = block.shape();
-            let mut index = vec![0; shape.len()];
-            for &v in values {
-                data[block.element_offset(&index).expect("index in range")] = v;
-                for (i, &d) in index.iter_mut().zip(shape) {
-                    *i += 1;
-                    if *i < d {
-                        break;
-                    }
-                    *i = 0;
-                }
-            }
+            let strides: SmallVec<[isize; 4]> =
+                block.strides().iter().map(|&s| s as isize).collect();
+            let base = block.offset();
+            for_each_offset(block.shape(), &strides, |k, at| {
+                data[base + at as usize] = values[k];
+            });
         }
         let buffer = SharedBuffer::from_fn(data.len(), |i| data[i]);
         Ok(Self::from_buffer(structure, buffer))

@@ -231,8 +231,10 @@ fn linear(dims: &[usize], strides: &[isize], index: &[usize]) -> Option<isize> {
     Some(at)
 }
 
-/// Calls `f(k, offset)` for every element in column-major order (first axis fastest).
-fn for_each_offset(dims: &[usize], strides: &[isize], mut f: impl FnMut(usize, isize)) {
+/// Calls `f(k, offset)` for every multi-index of `dims` in column-major order (first axis
+/// fastest): `k` counts the elements, `offset` is `sum(index[a] * strides[a])`. Pure index
+/// arithmetic: nothing is read or written.
+pub fn for_each_offset(dims: &[usize], strides: &[isize], mut f: impl FnMut(usize, isize)) {
     if dims.contains(&0) {
         return;
     }
