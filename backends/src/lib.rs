@@ -10,5 +10,5 @@
 pub mod cpu;
 mod scalar;
 
-pub use scalar::Scalar;
+pub use scalar::{Field, Real, Scalar};
 pub use tessera_core::Domain;

@@ -7,6 +7,7 @@
 use num_complex::Complex;
 use std::fmt::{Debug, Display};
 use std::ops::{Add, AddAssign, Mul, MulAssign, Neg, Sub};
+use faer::traits::ComplexField;
 use tessera_core::Zeroable;
 
 /// An element type of a tensor.
@@ -153,5 +154,33 @@ mod tests {
         laws(Complex::new(0.5_f64, 2.0));
         const { assert!(<Complex<f64>>::IS_COMPLEX && !f64::IS_COMPLEX) };
         assert_eq!(Complex::new(1.0_f64, 2.0).conj(), Complex::new(1.0, -2.0));
+    }
+}
+
+/// A [`Scalar`] that faer computes with: faer's [`ComplexField`] with the same real type.
+///
+/// Implemented for every scalar (`f32`, `f64`, `Complex32`, `Complex64`). Where both traits
+/// are in scope, name the real type as [`Real<T>`] (`T::Real` would be ambiguous).
+pub trait Field: Scalar + ComplexField<Real = <Self as Scalar>::Real> {}
+
+impl<T: Scalar + ComplexField<Real = <T as Scalar>::Real>> Field for T {}
+
+/// The real type of a scalar (`f32` for `f32` and `Complex32`, `f64` otherwise).
+pub type Real<T> = <T as Scalar>::Real;
+
+#[cfg(test)]
+mod field_tests {
+    use super::*;
+
+    fn is_field<T: Field>() -> usize {
+        std::mem::size_of::<Real<T>>()
+    }
+
+    #[test]
+    fn every_scalar_is_a_faer_field() {
+        assert_eq!(is_field::<f32>(), 4);
+        assert_eq!(is_field::<f64>(), 8);
+        assert_eq!(is_field::<Complex<f32>>(), 4);
+        assert_eq!(is_field::<Complex<f64>>(), 8);
     }
 }
