@@ -4,10 +4,10 @@
 //! loops over. Invariant: `Scalar::Real` is the type of norms and of singular values, and
 //! `conj` is the identity for real types.
 
+use faer::traits::ComplexField;
 use num_complex::Complex;
 use std::fmt::{Debug, Display};
 use std::ops::{Add, AddAssign, Mul, MulAssign, Neg, Sub};
-use faer::traits::ComplexField;
 use tessera_core::Zeroable;
 
 /// An element type of a tensor.
