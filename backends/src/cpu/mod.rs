@@ -6,6 +6,10 @@
 //! the whole destination; all loops run over contiguous runs where the layout has them, so the
 //! compiler vectorises the inner loop.
 
+mod matrix;
+
+pub use matrix::{matrix_mut, matrix_ref};
+
 use crate::Scalar;
 use tessera_core::{StridedMut, StridedRef, zip_runs, zip_runs_ref};
 
