@@ -6,8 +6,10 @@
 //! the whole destination; all loops run over contiguous runs where the layout has them, so the
 //! compiler vectorises the inner loop.
 
+mod gemm;
 mod matrix;
 
+pub use gemm::{GemmShapeMismatch, gemm, gemm_parallelism};
 pub use matrix::{matrix_mut, matrix_ref};
 
 use crate::Scalar;
