@@ -34,8 +34,8 @@ pub mod leg;
 mod ops;
 pub mod sector;
 pub mod structure;
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use array::{AsyncArray, BlockAlias, BlockRegion};
 pub use error::Error;

@@ -13,7 +13,7 @@
 use crate::array::{AsyncArray, BlockAlias};
 use crate::error::Error;
 use crate::sector::AbelianSector;
-use crate::structure::BlockStructure;
+use crate::structure::{BlockStructure, Permuted};
 use std::sync::Arc;
 use tessera_backends::Scalar;
 use tessera_backends::cpu;
@@ -50,25 +50,7 @@ impl Blocks<'_> {
 }
 
 fn describe<S: AbelianSector>(s: &BlockStructure<S>) -> String {
-    let legs: Vec<String> = s
-        .legs()
-        .iter()
-        .map(|l| {
-            let segs: Vec<String> = l
-                .segments()
-                .iter()
-                .map(|g| format!("{}:{}", g.sector, g.dim))
-                .collect();
-            format!("{}[{}]", l.direction(), segs.join(" "))
-        })
-        .collect();
-    format!(
-        "legs ({}) with {} codomain legs, flux {}, {} blocks",
-        legs.join(", "),
-        s.n_codomain(),
-        s.flux(),
-        s.num_blocks()
-    )
+    s.summary()
 }
 
 /// The fewest elements one relabelling task moves (unless the blocks run out).
@@ -286,6 +268,33 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         blocks: Blocks<'_>,
     ) -> Result<(), Error> {
         let permuted = self.structure().permuted(perm, n_codomain)?;
+        self.permute_into_with(&permuted, perm, out, blocks)
+    }
+
+    /// Like [`permute_into`](AsyncArray::permute_into), with the re-indexing already computed
+    /// by [`BlockStructure::permuted`] for `perm` (a contraction plan keeps it, so a repeated
+    /// contraction does not re-index).
+    ///
+    /// # Errors
+    ///
+    /// As `permute_into`; [`Error::InvalidPermutation`] when `permuted` was not computed for
+    /// this array's block count and `perm`'s length.
+    pub fn permute_into_with(
+        &self,
+        permuted: &Permuted<S>,
+        perm: &[usize],
+        out: &Self,
+        blocks: Blocks<'_>,
+    ) -> Result<(), Error> {
+        if permuted.block_map.len() != self.num_blocks()
+            || perm.len() != self.structure().num_legs()
+            || permuted.structure.num_legs() != perm.len()
+        {
+            return Err(Error::InvalidPermutation {
+                legs: self.structure().num_legs(),
+                given: perm.to_vec(),
+            });
+        }
         if **out.structure() != permuted.structure {
             return Err(Error::StructureMismatch {
                 expected: describe(&permuted.structure),

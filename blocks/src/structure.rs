@@ -774,6 +774,30 @@ impl<S: AbelianSector> BlockStructure<S> {
         h.0
     }
 
+    /// A one-line description for error messages: legs (direction and `sector:dim`
+    /// segments), split, flux and block count.
+    pub fn summary(&self) -> String {
+        let legs: Vec<String> = self
+            .legs()
+            .iter()
+            .map(|l| {
+                let segs: Vec<String> = l
+                    .segments()
+                    .iter()
+                    .map(|g| format!("{}:{}", g.sector, g.dim))
+                    .collect();
+                format!("{}[{}]", l.direction(), segs.join(" "))
+            })
+            .collect();
+        format!(
+            "legs ({}) with {} codomain legs, flux {}, {} blocks",
+            legs.join(", "),
+            self.n_codomain(),
+            self.flux(),
+            self.num_blocks()
+        )
+    }
+
     /// All legs: the codomain legs, then the domain legs.
     pub fn legs(&self) -> &[Leg<S>] {
         &self.legs

@@ -1,7 +1,9 @@
-//! Seeded random structures over the one shared list of sector kinds, for tests.
+//! Seeded random structures over the one shared list of sector kinds, for tests (this
+//! crate's, and other crates' through the `testing` feature).
 //!
-//! Owns: the [`Kind`] list and the generators every differential test of this crate loops
-//! over (`for_each_kind!`). Invariant: a generator's output depends only on its seed.
+//! Owns: the [`Kind`] list and the generators every differential test loops over
+//! ([`for_each_kind!`](crate::for_each_kind)). Invariant: a generator's output depends only
+//! on its seed.
 
 use crate::leg::{Direction, Leg};
 use crate::sector::{AbelianSector, FermionParity, Product, Trivial, U1, Z2, Zn};
@@ -13,8 +15,10 @@ use rand_chacha::ChaCha8Rng;
 
 /// A sector kind under test: a pool of labels to draw legs from, and whether its legs are
 /// tilings (repeated sectors) rather than symmetric legs.
-pub(crate) trait Kind: AbelianSector {
+pub trait Kind: AbelianSector {
+    /// Whether legs of this kind are tilings (one sector, several segments).
     const TILED: bool = false;
+    /// The labels legs are drawn from.
     fn pool() -> Vec<Self>;
 }
 impl Kind for Trivial {
@@ -55,7 +59,8 @@ impl Kind for Product<U1, FermionParity> {
     }
 }
 
-/// Runs a generic check for every sector kind: the one shared list.
+/// Runs a generic check `check::<S>(seed)` for every sector kind: the one shared list.
+#[macro_export]
 macro_rules! for_each_kind {
     ($check:ident) => {{
         use $crate::sector::{FermionParity, Product, Trivial, U1, Z2, Zn};
@@ -67,9 +72,10 @@ macro_rules! for_each_kind {
         $check::<Product<U1, FermionParity>>(0x66);
     }};
 }
-pub(crate) use for_each_kind;
+pub use crate::for_each_kind;
 
-pub(crate) fn random_leg<S: Kind>(rng: &mut ChaCha8Rng) -> Leg<S> {
+/// A random leg: a direction and up to five segments of dimension 1 to 3 (rarely none).
+pub fn random_leg<S: Kind>(rng: &mut ChaCha8Rng) -> Leg<S> {
     let dir = if rng.gen_bool(0.5) {
         Direction::In
     } else {
@@ -98,7 +104,8 @@ pub(crate) fn random_leg<S: Kind>(rng: &mut ChaCha8Rng) -> Leg<S> {
     Leg::new(dir, segs).unwrap()
 }
 
-pub(crate) fn random_structure<S: Kind>(rng: &mut ChaCha8Rng) -> BlockStructure<S> {
+/// A random structure of up to four legs with a mostly conserved flux.
+pub fn random_structure<S: Kind>(rng: &mut ChaCha8Rng) -> BlockStructure<S> {
     // Mostly three or four legs, split near the middle: sector matrices with several
     // rows and columns.
     let n = [0, 1, 2, 2, 3, 3, 3, 4, 4, 4][rng.gen_range(0..10)];
@@ -120,12 +127,14 @@ pub(crate) fn random_structure<S: Kind>(rng: &mut ChaCha8Rng) -> BlockStructure<
     BlockStructure::from_legs(legs, n_codomain, flux).unwrap()
 }
 
-pub(crate) fn random_mask(rng: &mut ChaCha8Rng, n: usize) -> BitVec {
+/// A random presence mask of `n` bits.
+pub fn random_mask(rng: &mut ChaCha8Rng, n: usize) -> BitVec {
     let p = rng.gen_range(0.0..1.0);
     (0..n).map(|_| rng.gen_bool(p)).collect()
 }
 
-pub(crate) fn random_perm(rng: &mut ChaCha8Rng, n: usize) -> Vec<usize> {
+/// A random permutation of `0..n`.
+pub fn random_perm(rng: &mut ChaCha8Rng, n: usize) -> Vec<usize> {
     let mut p: Vec<usize> = (0..n).collect();
     p.shuffle(rng);
     p

@@ -1,0 +1,246 @@
+//! Running a plan: operands to matrix form, GEMM tasks, the product to the output's legs.
+//!
+//! Owns: [`Contraction`] (the user-facing builder) and the submission of a [`Plan`].
+//! Invariants:
+//!
+//! - Every check (spec against the operands, legs, output structure, aliasing) runs before
+//!   the first task is enrolled: an error means nothing was written.
+//! - Temporaries are ordinary arrays in the operands' storage domain, filled by ordinary
+//!   scheduled kernels, so their hazards order them like any array; they are dropped by the
+//!   host once submitted and live on in the tasks' buffers.
+//! - A GEMM task writes each of its output blocks once, starting with `beta * C` (or
+//!   overwriting when the product is a fresh temporary) and then adding every pair.
+
+use crate::cache::PlanCache;
+use crate::error::Error;
+use crate::plan::Plan;
+use crate::spec::Spec;
+use std::sync::Arc;
+use tessera_backends::Field;
+use tessera_backends::cpu::{gemm, matrix_mut, matrix_ref};
+use tessera_blocks::{AbelianSector, AsyncArray, Blocks};
+use tessera_core::schedule;
+
+/// A pairwise contraction: a [`Spec`], whether each operand is conjugated, and the plan cache
+/// it plans through.
+///
+/// ```
+/// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+/// use tessera_contract::Contraction;
+///
+/// let v = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)])?;
+/// let s = BlockStructure::new(vec![v.clone()], vec![v.dual()], U1(0))?; // a matrix
+/// let a = AsyncArray::<f64, U1>::random(s.clone(), 1);
+/// let b = AsyncArray::<f64, U1>::random(s, 2);
+/// // C_ac = A_ab B_bc: the contracted leg b is A's domain leg and B's codomain leg.
+/// let c = Contraction::new("ab,bc->ac")?.apply(1.0, &a, &b)?;
+/// let (da, db, dc) = (a.to_dense()?, b.to_dense()?, c.to_dense()?);
+/// let want: f64 = (0..5).map(|k| da[1 + 5 * k] * db[k + 5 * 3]).sum();
+/// assert!((dc[1 + 5 * 3] - want).abs() < 1e-12);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Contraction {
+    spec: Spec,
+    conj: [bool; 2],
+    cache: Arc<PlanCache>,
+}
+
+impl Contraction {
+    /// A contraction from an einsum-style spec (see [`Spec::parse`]).
+    ///
+    /// # Errors
+    ///
+    /// The spec's parse errors.
+    pub fn new(spec: &str) -> Result<Self, Error> {
+        Ok(Self::from_spec(Spec::parse(spec)?))
+    }
+
+    /// A contraction from a spec.
+    pub fn from_spec(spec: Spec) -> Self {
+        Self {
+            spec,
+            conj: [false; 2],
+            cache: Arc::clone(PlanCache::global()),
+        }
+    }
+
+    /// Conjugates `A` (its elements, legs and flux).
+    pub fn conj_a(mut self) -> Self {
+        self.conj[0] = true;
+        self
+    }
+
+    /// Conjugates `B`.
+    pub fn conj_b(mut self) -> Self {
+        self.conj[1] = true;
+        self
+    }
+
+    /// Plans through `cache` instead of the global one.
+    pub fn with_cache(mut self, cache: Arc<PlanCache>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    /// The plan for these operands (from the cache when their structures were seen before).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Arity`] or [`Error::Legs`] when the operands do not fit the spec.
+    pub fn plan<T: Field, S: AbelianSector>(
+        &self,
+        a: &AsyncArray<T, S>,
+        b: &AsyncArray<T, S>,
+    ) -> Result<Arc<Plan<S>>, Error> {
+        self.cache
+            .plan::<T, S>(&self.spec, self.conj, a.structure(), b.structure())
+    }
+
+    /// `alpha op(A) op(B)` into a new array.
+    ///
+    /// # Errors
+    ///
+    /// As [`plan`](Contraction::plan); nothing is enrolled on error.
+    pub fn apply<T: Field, S: AbelianSector>(
+        &self,
+        alpha: T,
+        a: &AsyncArray<T, S>,
+        b: &AsyncArray<T, S>,
+    ) -> Result<AsyncArray<T, S>, Error> {
+        let plan = self.plan(a, b)?;
+        let out = AsyncArray::zeros(Arc::clone(plan.output()));
+        submit(&plan, alpha, a, b, T::ZERO, &out, true)?;
+        Ok(out)
+    }
+
+    /// `C <- alpha op(A) op(B) + beta C`.
+    ///
+    /// # Errors
+    ///
+    /// As [`plan`](Contraction::plan); [`Error::Output`] when `c` does not have the output
+    /// structure, [`Error::Aliased`] when it shares storage with an operand. Nothing is
+    /// enrolled or written on error.
+    pub fn apply_into<T: Field, S: AbelianSector>(
+        &self,
+        alpha: T,
+        a: &AsyncArray<T, S>,
+        b: &AsyncArray<T, S>,
+        beta: T,
+        c: &AsyncArray<T, S>,
+    ) -> Result<(), Error> {
+        let plan = self.plan(a, b)?;
+        let same = Arc::ptr_eq(c.structure(), plan.output()) || c.structure() == plan.output();
+        if !same {
+            return Err(Error::Output {
+                expected: plan.output().summary(),
+                given: c.structure().summary(),
+            });
+        }
+        for (operand, x) in [("A", a), ("B", b)] {
+            if c.buffer().as_ptr() == x.buffer().as_ptr() {
+                return Err(Error::Aliased { operand });
+            }
+        }
+        submit(&plan, alpha, a, b, beta, c, false)
+    }
+}
+
+/// `a` in its matrix form: itself, or a permuted temporary.
+fn matrix_form<T: Field, S: AbelianSector>(
+    plan: &Plan<S>,
+    which: usize,
+    x: &AsyncArray<T, S>,
+) -> Result<Option<AsyncArray<T, S>>, Error> {
+    let op = &plan.operands[which];
+    let Some((perm, permuted)) = &op.permute else {
+        return Ok(None);
+    };
+    let tmp = AsyncArray::zeros(Arc::clone(&op.matrix));
+    x.permute_into_with(permuted, perm, &tmp, Blocks::All)?;
+    Ok(Some(tmp))
+}
+
+/// Enrolls the plan's tasks: `c <- alpha op(a) op(b) + beta c` (`fresh`: `c` is all zeros and
+/// nothing else has it, so `beta` is ignored).
+fn submit<T: Field, S: AbelianSector>(
+    plan: &Arc<Plan<S>>,
+    alpha: T,
+    a: &AsyncArray<T, S>,
+    b: &AsyncArray<T, S>,
+    beta: T,
+    c: &AsyncArray<T, S>,
+    fresh: bool,
+) -> Result<(), Error> {
+    let a_tmp = matrix_form(plan, 0, a)?;
+    let b_tmp = matrix_form(plan, 1, b)?;
+    let am = a_tmp.as_ref().unwrap_or(a);
+    let bm = b_tmp.as_ref().unwrap_or(b);
+    // The product goes straight into `c` when the legs agree, else into a temporary.
+    let product_tmp = plan
+        .output_permute
+        .as_ref()
+        .map(|_| AsyncArray::<T, S>::zeros(Arc::clone(&plan.product)));
+    let target = product_tmp.as_ref().unwrap_or(c);
+    let overwrite = fresh || product_tmp.is_some() || beta == T::ZERO;
+    let first_beta = if overwrite { T::ZERO } else { beta };
+    let [conj_a, conj_b] = plan.conj;
+    let [rows_a, rows_b] = plan.rows;
+    for (g, group) in plan.groups.iter().enumerate() {
+        let reads_a = group
+            .a
+            .iter()
+            .map(|&i| am.block(i).map(|x| x.read()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let reads_b = group
+            .b
+            .iter()
+            .map(|&i| bm.block(i).map(|x| x.read()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let writes = group
+            .c
+            .iter()
+            .map(|&i| {
+                target
+                    .block(i)
+                    .map(|x| if overwrite { x.overwrite() } else { x.write() })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let plan = Arc::clone(plan);
+        schedule((reads_a, reads_b, writes), move |(xa, xb, mut xc)| {
+            let group = &plan.groups[g];
+            for (local, pairs) in &group.products {
+                let mut cm = matrix_mut(&mut xc[*local], rows_a)
+                    .ok_or("an output block is a strided matrix")?;
+                for (n, &(ia, ib)) in group.pairs[pairs.clone()].iter().enumerate() {
+                    let lhs = matrix_ref(&xa[ia], rows_a).ok_or("a block of A' is a matrix")?;
+                    let rhs = matrix_ref(&xb[ib], rows_b).ok_or("a block of B' is a matrix")?;
+                    let beta = if n == 0 { first_beta } else { T::ONE };
+                    gemm(cm.as_mut(), beta, lhs, conj_a, rhs, conj_b, alpha)?;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    if !fresh && product_tmp.is_none() && beta != T::ONE && !plan.idle.is_empty() {
+        c.scale(beta, Blocks::Only(&plan.idle))?;
+    }
+    if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
+        if fresh {
+            product.permute_into_with(permuted, perm, c, Blocks::All)?;
+        } else {
+            let moved = AsyncArray::zeros(Arc::clone(plan.output()));
+            product.permute_into_with(permuted, perm, &moved, Blocks::All)?;
+            if beta != T::ONE {
+                c.scale(beta, Blocks::All)?;
+            }
+            c.axpy(T::ONE, &moved, Blocks::All)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,413 @@
+//! Contraction plans: everything a pairwise contraction will do, derived at submission from
+//! the operands' descriptor tables alone.
+//!
+//! Owns: [`Plan`] (and its task groups) and [`Strategy`]. Invariants:
+//!
+//! - A plan reads only structures, never data: it can be built before any operand is
+//!   computed, and reused for any operands with the same structures.
+//! - The matrix form is fixed: `A'` has the free legs of `A` (in `A`'s order) as codomain
+//!   and the contracted legs (in the plan's order `K`) as domain; `B'` has `K` as codomain
+//!   and `B`'s free legs as domain; the product `C'` has `A`'s free legs then `B`'s, split
+//!   between them. So every block of `A'`, `B'` and `C'` is a matrix (rows: its codomain
+//!   legs folded, columns: its domain legs), and `C'(f, g) = sum_k A'(f, k) B'(k, g)` over
+//!   the blocks that exist.
+//! - Each product block of `C'` is written by exactly one task group, and a group lists each
+//!   block it touches once, so a group's accesses never alias.
+
+use crate::error::Error;
+use crate::spec::Spec;
+use hashbrown::HashMap;
+use smallvec::SmallVec;
+use std::fmt;
+use std::sync::Arc;
+use tessera_backends::Scalar;
+use tessera_blocks::{AbelianSector, BlockStructure, Leg, Permuted};
+
+/// The least work (in flops) one GEMM task is given, unless the blocks run out: a task costs
+/// about a microsecond to enroll and run, so tiny GEMMs are batched.
+const GROUP_FLOPS: u64 = 1 << 21;
+
+/// How the GEMMs of a plan are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// One GEMM per pair of matching blocks of `A'` and `B'`, on strided block matrices,
+    /// accumulated into the output block.
+    BlockPairs,
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Strategy::BlockPairs => f.write_str("GEMMs on strided block pairs"),
+        }
+    }
+}
+
+/// How an operand reaches its matrix form.
+#[derive(Clone, Debug)]
+pub(crate) struct Operand<S: AbelianSector> {
+    /// `None` when the operand is already in matrix form; else the permutation, its split,
+    /// and the re-indexing.
+    pub(crate) permute: Option<(Vec<usize>, Arc<Permuted<S>>)>,
+    /// The structure of the matrix form (the operand's own when it is not permuted).
+    pub(crate) matrix: Arc<BlockStructure<S>>,
+}
+
+/// One task's worth of GEMMs: the blocks it touches (each once) and, per output block, the
+/// pairs of local indices it sums.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Group {
+    pub(crate) a: Vec<usize>,
+    pub(crate) b: Vec<usize>,
+    pub(crate) c: Vec<usize>,
+    /// `(local output index, range of pairs)`.
+    pub(crate) products: Vec<(usize, std::ops::Range<usize>)>,
+    pub(crate) pairs: Vec<(usize, usize)>,
+}
+
+/// A planned pairwise contraction `C = alpha op(A) op(B) + beta C`: the output structure,
+/// how each operand reaches its matrix form, the GEMM tasks, and their cost.
+///
+/// Built at submission from the structures alone and cached by their fingerprints (see
+/// [`PlanCache`](crate::PlanCache)); its `Display` shows the strategy, GEMM count, flops and
+/// temporary bytes.
+#[derive(Debug)]
+pub struct Plan<S: AbelianSector> {
+    pub(crate) spec: Spec,
+    pub(crate) conj: [bool; 2],
+    pub(crate) operands: [Operand<S>; 2],
+    pub(crate) fingerprints: [(u64, usize); 2],
+    /// `C'`: `A`'s free legs, then `B`'s.
+    pub(crate) product: Arc<BlockStructure<S>>,
+    /// The output, and the permutation from `C'` when it differs.
+    pub(crate) output: Arc<BlockStructure<S>>,
+    pub(crate) output_permute: Option<(Vec<usize>, Arc<Permuted<S>>)>,
+    pub(crate) groups: Vec<Group>,
+    /// Product blocks no pair writes (zero, or only scaled by `beta`).
+    pub(crate) idle: Vec<usize>,
+    /// Codomain legs of `A'` and of `B'` (the row folds of their block matrices).
+    pub(crate) rows: [usize; 2],
+    gemms: usize,
+    flops: u64,
+    temp_bytes: usize,
+    elem_bytes: usize,
+}
+
+/// Whether `perm` is the identity and the split already `n`.
+fn is_identity<S: AbelianSector>(perm: &[usize], n: usize, s: &BlockStructure<S>) -> bool {
+    perm.iter().enumerate().all(|(i, &p)| i == p) && s.n_codomain() == n
+}
+
+fn operand<S: AbelianSector>(
+    s: &Arc<BlockStructure<S>>,
+    perm: Vec<usize>,
+    n: usize,
+) -> Result<Operand<S>, Error> {
+    if is_identity(&perm, n, s) {
+        return Ok(Operand {
+            permute: None,
+            matrix: Arc::clone(s),
+        });
+    }
+    let permuted = s.permuted(&perm, n)?;
+    Ok(Operand {
+        matrix: Arc::new(permuted.structure.clone()),
+        permute: Some((perm, Arc::new(permuted))),
+    })
+}
+
+fn effective<S: AbelianSector>(leg: &Leg<S>, conj: bool) -> Leg<S> {
+    if conj { leg.dual() } else { leg.clone() }
+}
+
+fn position(labels: &[char], c: char) -> usize {
+    labels
+        .iter()
+        .position(|&x| x == c)
+        .expect("the spec's labels")
+}
+
+impl<S: AbelianSector> Plan<S> {
+    /// Plans `spec` for operands with structures `a` and `b` (conjugated where `conj` says)
+    /// and elements of type `T`.
+    pub(crate) fn build<T: Scalar>(
+        spec: &Spec,
+        conj: [bool; 2],
+        a: &Arc<BlockStructure<S>>,
+        b: &Arc<BlockStructure<S>>,
+    ) -> Result<Self, Error> {
+        for (operand, labels, s) in [("A", spec.a(), a), ("B", spec.b(), b)] {
+            if labels.len() != s.num_legs() {
+                return Err(Error::Arity {
+                    operand,
+                    expected: labels.len(),
+                    given: s.num_legs(),
+                });
+            }
+        }
+        let (la, lb) = (spec.a(), spec.b());
+        let k_a = spec.contracted();
+        let free_a: Vec<char> = la.iter().copied().filter(|c| !k_a.contains(c)).collect();
+        let free_b: Vec<char> = lb.iter().copied().filter(|c| !k_a.contains(c)).collect();
+        let nk = k_a.len();
+        // Keep A as stored when it is in matrix form; else follow B's order when B is.
+        let a_ready = la[free_a.len()..] == k_a[..] && a.n_codomain() == free_a.len();
+        let b_ready = lb[..nk].iter().all(|c| k_a.contains(c)) && b.n_codomain() == nk;
+        let k: Vec<char> = if !a_ready && b_ready {
+            lb[..nk].to_vec()
+        } else {
+            k_a
+        };
+        for &c in &k {
+            let (i, j) = (position(la, c), position(lb, c));
+            let x = effective(&a.legs()[i], conj[0]);
+            let y = effective(&b.legs()[j], conj[1]);
+            Leg::check_contractible(&x, &y).map_err(|source| Error::Legs {
+                label: c,
+                a_leg: i,
+                b_leg: j,
+                source,
+            })?;
+        }
+        let perm_a: Vec<usize> = free_a.iter().chain(&k).map(|&c| position(la, c)).collect();
+        let perm_b: Vec<usize> = k.iter().chain(&free_b).map(|&c| position(lb, c)).collect();
+        let op_a = operand(a, perm_a, free_a.len())?;
+        let op_b = operand(b, perm_b, nk)?;
+
+        let eff_flux = |s: &BlockStructure<S>, conj: bool| {
+            if conj {
+                s.flux().dual()
+            } else {
+                s.flux().clone()
+            }
+        };
+        let legs: Vec<Leg<S>> = free_a
+            .iter()
+            .map(|&c| effective(&a.legs()[position(la, c)], conj[0]))
+            .chain(
+                free_b
+                    .iter()
+                    .map(|&c| effective(&b.legs()[position(lb, c)], conj[1])),
+            )
+            .collect();
+        let flux = eff_flux(a, conj[0]).fuse_abelian(&eff_flux(b, conj[1]));
+        let product = Arc::new(BlockStructure::from_legs(legs, free_a.len(), flux)?);
+        let cprime: Vec<char> = free_a.iter().chain(&free_b).copied().collect();
+        let out_perm: Vec<usize> = spec
+            .output()
+            .iter()
+            .map(|&c| position(&cprime, c))
+            .collect();
+        let (output, output_permute) = if is_identity(&out_perm, spec.output_codomain(), &product) {
+            (Arc::clone(&product), None)
+        } else {
+            let p = product.permuted(&out_perm, spec.output_codomain())?;
+            (Arc::new(p.structure.clone()), Some((out_perm, Arc::new(p))))
+        };
+
+        let nfa = free_a.len();
+        let (am, bm) = (Arc::clone(&op_a.matrix), Arc::clone(&op_b.matrix));
+        let (am, bm) = (&*am, &*bm);
+        let mut by_k: HashMap<&[usize], SmallVec<[usize; 4]>> = HashMap::new();
+        for blk in am.blocks() {
+            by_k.entry(&blk.segments()[nfa..])
+                .or_default()
+                .push(blk.id());
+        }
+        let mut pairs_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); product.num_blocks()];
+        let mut segs: SmallVec<[usize; 8]> = SmallVec::new();
+        for blk in bm.blocks() {
+            let Some(list) = by_k.get(&blk.segments()[..nk]) else {
+                continue;
+            };
+            for &ai in list {
+                segs.clear();
+                segs.extend_from_slice(&am.block(ai).expect("id of A'").segments()[..nfa]);
+                segs.extend_from_slice(&blk.segments()[nk..]);
+                if let Some(ci) = product.block_id(&segs) {
+                    pairs_of[ci].push((ai, blk.id()));
+                }
+            }
+        }
+        let flop_factor = if T::IS_COMPLEX { 8 } else { 2 };
+        let folded = |s: &BlockStructure<S>, id: usize, axes: std::ops::Range<usize>| -> u64 {
+            s.block(id).expect("block id").shape()[axes]
+                .iter()
+                .product::<usize>() as u64
+        };
+        let (na, nb) = (am.num_legs(), bm.num_legs());
+        let mut groups = Vec::new();
+        let mut idle = Vec::new();
+        let mut group = Group::default();
+        let (mut group_flops, mut flops, mut gemms) = (0_u64, 0_u64, 0_usize);
+        let mut local_a: HashMap<usize, usize> = HashMap::new();
+        let mut local_b: HashMap<usize, usize> = HashMap::new();
+        for (ci, pairs) in pairs_of.iter().enumerate() {
+            if pairs.is_empty() {
+                idle.push(ci);
+                continue;
+            }
+            let start = group.pairs.len();
+            for &(ai, bi) in pairs {
+                let m = folded(am, ai, 0..nfa);
+                let kk = folded(am, ai, nfa..na);
+                let n = folded(bm, bi, nk..nb);
+                let f = flop_factor * m * n * kk;
+                group_flops += f;
+                flops += f;
+                gemms += 1;
+                let la = *local_a.entry(ai).or_insert_with(|| {
+                    group.a.push(ai);
+                    group.a.len() - 1
+                });
+                let lb = *local_b.entry(bi).or_insert_with(|| {
+                    group.b.push(bi);
+                    group.b.len() - 1
+                });
+                group.pairs.push((la, lb));
+            }
+            group.c.push(ci);
+            group
+                .products
+                .push((group.c.len() - 1, start..group.pairs.len()));
+            if group_flops >= GROUP_FLOPS {
+                groups.push(std::mem::take(&mut group));
+                local_a.clear();
+                local_b.clear();
+                group_flops = 0;
+            }
+        }
+        if !group.c.is_empty() {
+            groups.push(group);
+        }
+        let elem_bytes = std::mem::size_of::<T>();
+        let temp_elems = [&op_a, &op_b]
+            .iter()
+            .filter(|o| o.permute.is_some())
+            .map(|o| o.matrix.total_len())
+            .sum::<usize>()
+            + output_permute.as_ref().map_or(0, |_| product.total_len());
+        Ok(Self {
+            spec: spec.clone(),
+            conj,
+            operands: [op_a, op_b],
+            fingerprints: [
+                (a.fingerprint(), a.num_blocks()),
+                (b.fingerprint(), b.num_blocks()),
+            ],
+            product,
+            output,
+            output_permute,
+            groups,
+            idle,
+            rows: [nfa, nk],
+            gemms,
+            flops,
+            temp_bytes: temp_elems * elem_bytes,
+            elem_bytes,
+        })
+    }
+
+    /// The structure of the result.
+    pub fn output(&self) -> &Arc<BlockStructure<S>> {
+        &self.output
+    }
+
+    /// The spec this plan carries out.
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    /// How the GEMMs are laid out.
+    pub fn strategy(&self) -> Strategy {
+        Strategy::BlockPairs
+    }
+
+    /// How many GEMMs run.
+    pub fn gemms(&self) -> usize {
+        self.gemms
+    }
+
+    /// How many tasks the GEMMs are grouped into.
+    pub fn tasks(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The flops of the GEMMs (`2 m n k` each, `8 m n k` for complex elements).
+    pub fn flops(&self) -> u64 {
+        self.flops
+    }
+
+    /// The bytes of the temporaries a new output needs (operands and product brought to
+    /// matrix form); accumulating into a permuted output needs one more output-sized one.
+    pub fn temporary_bytes(&self) -> usize {
+        self.temp_bytes
+    }
+
+    /// Whether operand `A` (0) or `B` (1) is permuted into a temporary first.
+    pub fn permutes_operand(&self, which: usize) -> bool {
+        self.operands
+            .get(which)
+            .is_some_and(|o| o.permute.is_some())
+    }
+
+    /// Whether the product is permuted into the output's leg order at the end.
+    pub fn permutes_output(&self) -> bool {
+        self.output_permute.is_some()
+    }
+
+    /// Whether this plan was made for operands with these structures.
+    pub(crate) fn fits(&self, a: &BlockStructure<S>, b: &BlockStructure<S>) -> bool {
+        self.fingerprints
+            == [
+                (a.fingerprint(), a.num_blocks()),
+                (b.fingerprint(), b.num_blocks()),
+            ]
+    }
+}
+
+impl<S: AbelianSector> fmt::Display for Plan<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        writeln!(
+            f,
+            "contraction {} (conj A: {}, conj B: {})",
+            self.spec,
+            yes(self.conj[0]),
+            yes(self.conj[1])
+        )?;
+        for (name, o) in ["A", "B"].iter().zip(&self.operands) {
+            match &o.permute {
+                None => writeln!(f, "  {name}: used as stored")?,
+                Some((perm, _)) => writeln!(
+                    f,
+                    "  {name}: permuted {perm:?} into a temporary of {} bytes",
+                    o.matrix.total_len() * self.elem_bytes
+                )?,
+            }
+        }
+        match &self.output_permute {
+            None => writeln!(f, "  output: written in place")?,
+            Some((perm, _)) => writeln!(
+                f,
+                "  output: product in a temporary of {} bytes, then permuted {perm:?}",
+                self.product.total_len() * self.elem_bytes
+            )?,
+        }
+        writeln!(
+            f,
+            "  strategy: {}: {} GEMMs into {} output blocks in {} tasks",
+            self.strategy(),
+            self.gemms,
+            self.product.num_blocks() - self.idle.len(),
+            self.groups.len()
+        )?;
+        write!(
+            f,
+            "  cost: {} flop ({:.3} GFLOP), temporaries {} bytes",
+            self.flops,
+            self.flops as f64 * 1e-9,
+            self.temp_bytes
+        )
+    }
+}
