@@ -1,0 +1,287 @@
+//! Contraction throughput and planning time, each beside its baseline in the same run:
+//!
+//! - a. a U(1) block-sparse matrix product with many sectors, over one dense faer GEMM of
+//!   the same total flops;
+//! - b. many 32x32x32 block products, over a plain rayon loop of faer calls on the same
+//!   blocks (no runtime);
+//! - c. planning a contraction of 10,000 block pairs, fresh and from the cache;
+//! - d. the DMRG two-site effective Hamiltonian `L W W R theta` on the U(1) Heisenberg
+//!   structures of `shared/data/heff_heisenberg_chi*.json`, over one dense faer GEMM of the
+//!   same total flops.
+//!
+//! Throughputs are in flops per second (criterion's "elem/s").
+//!
+//! `cargo bench --bench contract`
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use faer::linalg::matmul::matmul;
+use faer::{Accum, Mat, Par};
+use rayon::prelude::*;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+use tessera::contract::{Contraction, PlanCache, Spec};
+use tessera::prelude::Runtime;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// A U(1) matrix with `sectors` sectors of dimension `d` each: one `d x d` block per sector.
+fn matrix(sectors: i32, d: usize, seed: u64) -> AsyncArray<f64, U1> {
+    let v = Leg::new(Direction::In, (0..sectors).map(|q| (U1(q), d))).unwrap();
+    let s = BlockStructure::new(vec![v.clone()], vec![v.dual()], U1(0)).unwrap();
+    AsyncArray::random(s, seed)
+}
+
+/// The dense baseline: one `n x n x n` faer GEMM with `flops` (rounded to the cube).
+fn dense_baseline(flops: u64) -> (Mat<f64>, Mat<f64>, Mat<f64>, u64) {
+    let n = ((flops as f64 / 2.0).cbrt().round() as usize).max(1);
+    let a = Mat::from_fn(n, n, |i, j| ((i * 7 + j * 3) % 11) as f64 - 5.0);
+    let b = Mat::from_fn(n, n, |i, j| ((i * 5 + j) % 13) as f64 - 6.0);
+    (a, b, Mat::zeros(n, n), 2 * (n as u64).pow(3))
+}
+
+fn dense_gemm(runtime: &Runtime, a: &Mat<f64>, b: &Mat<f64>, c: &mut Mat<f64>) {
+    let par = if a.nrows() >= 256 {
+        Par::rayon(2)
+    } else {
+        Par::Seq
+    };
+    runtime.install(|| matmul(c.as_mut(), Accum::Replace, a.as_ref(), b.as_ref(), 1.0, par));
+}
+
+fn block_gemm(c: &mut Criterion) {
+    let runtime = Runtime::new(2).unwrap();
+    let mut group = c.benchmark_group("contract_a_block_sparse_matmul");
+    group.sample_size(10);
+    let mm = Contraction::new("ab,bc->ac").unwrap();
+    for d in [128_usize, 256, 512] {
+        let sectors = 8;
+        let (a, b) = (matrix(sectors, d, 1), matrix(sectors, d, 2));
+        let out = AsyncArray::zeros(Arc::clone(mm.plan(&a, &b).unwrap().output()));
+        let flops = mm.plan(&a, &b).unwrap().flops();
+        group.throughput(Throughput::Elements(flops));
+        group.bench_function(
+            BenchmarkId::new("tessera", format!("{sectors}x{d}")),
+            |bch| {
+                bch.iter(|| {
+                    runtime.enter(|| mm.apply_into(1.0, &a, &b, 0.0, &out).unwrap());
+                    out.wait().unwrap();
+                })
+            },
+        );
+        let (da, db, mut dc, dflops) = dense_baseline(flops);
+        group.throughput(Throughput::Elements(dflops));
+        group.bench_function(
+            BenchmarkId::new("dense_faer_same_flops", format!("{sectors}x{d}")),
+            |bch| bch.iter(|| dense_gemm(&runtime, &da, &db, &mut dc)),
+        );
+    }
+    group.finish();
+}
+
+fn small_blocks(c: &mut Criterion) {
+    let runtime = Runtime::new(2).unwrap();
+    let mut group = c.benchmark_group("contract_b_32x32x32_blocks");
+    group.sample_size(10);
+    let (sectors, d) = (2048, 32);
+    let mm = Contraction::new("ab,bc->ac").unwrap();
+    let (a, b) = (matrix(sectors, d, 1), matrix(sectors, d, 2));
+    let plan = mm.plan(&a, &b).unwrap();
+    let out = AsyncArray::zeros(Arc::clone(plan.output()));
+    group.throughput(Throughput::Elements(plan.flops()));
+    group.bench_function("tessera", |bch| {
+        bch.iter(|| {
+            runtime.enter(|| mm.apply_into(1.0, &a, &b, 0.0, &out).unwrap());
+            out.wait().unwrap();
+        })
+    });
+    let to_mats = |x: &AsyncArray<f64, U1>| -> Vec<Mat<f64>> {
+        x.to_blocks()
+            .unwrap()
+            .iter()
+            .map(|v| Mat::from_fn(d, d, |i, j| v[i + d * j]))
+            .collect()
+    };
+    let (ma, mb) = (to_mats(&a), to_mats(&b));
+    let mut mc: Vec<Mat<f64>> = (0..ma.len()).map(|_| Mat::zeros(d, d)).collect();
+    group.bench_function("rayon_loop_of_faer", |bch| {
+        bch.iter(|| {
+            runtime.install(|| {
+                mc.par_iter_mut()
+                    .zip(ma.par_iter().zip(&mb))
+                    .for_each(|(c, (a, b))| {
+                        matmul(
+                            c.as_mut(),
+                            Accum::Replace,
+                            a.as_ref(),
+                            b.as_ref(),
+                            1.0,
+                            Par::Seq,
+                        )
+                    })
+            })
+        })
+    });
+    group.finish();
+}
+
+fn planning(c: &mut Criterion) {
+    let mut group = c.benchmark_group("contract_c_planning");
+    let (a, b) = (matrix(10_000, 2, 1), matrix(10_000, 2, 2));
+    let spec = Spec::parse("ab,bc->ac").unwrap();
+    let fresh = Contraction::from_spec(spec.clone());
+    group.bench_function("plan_10000_pairs", |bch| {
+        bch.iter(|| {
+            let cache = Arc::new(PlanCache::new());
+            let plan = fresh.clone().with_cache(cache).plan(&a, &b).unwrap();
+            assert_eq!(plan.gemms(), 10_000);
+            black_box(plan)
+        })
+    });
+    let cached = Contraction::from_spec(spec).with_cache(Arc::new(PlanCache::new()));
+    cached.plan(&a, &b).unwrap();
+    group.bench_function("cached_plan_10000_pairs", |bch| {
+        bch.iter(|| black_box(cached.plan(&a, &b).unwrap()))
+    });
+    group.finish();
+}
+
+/// One step of the chain: operands `A` and `B` (by name, `T` the running result) and the
+/// labels contracted on each.
+type Step = (String, String, Vec<String>, Vec<String>);
+
+/// One operand of the data files: its leg labels and the array.
+struct Tensor {
+    labels: Vec<String>,
+    array: AsyncArray<f64, U1>,
+}
+
+fn load_heff(
+    chi: usize,
+) -> (
+    Vec<(String, Tensor)>,
+    Vec<(String, String, Vec<String>, Vec<String>)>,
+) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data")
+        .join(format!("heff_heisenberg_chi{chi}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut tensors = Vec::new();
+    for (seed, (name, op)) in json["operands"].as_object().unwrap().iter().enumerate() {
+        let mut labels = Vec::new();
+        let legs: Vec<Leg<U1>> = op["legs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                labels.push(l["label"].as_str().unwrap().to_owned());
+                let dir = Direction::from_sign(l["dir"].as_i64().unwrap()).unwrap();
+                let sectors = l["sectors"].as_array().unwrap().iter().map(|s| {
+                    (
+                        U1(s[0].as_i64().unwrap() as i32),
+                        s[1].as_u64().unwrap() as usize,
+                    )
+                });
+                Leg::new(dir, sectors).unwrap()
+            })
+            .collect();
+        let flux = U1(op["flux"][0].as_i64().unwrap() as i32);
+        let n = legs.len();
+        let s = BlockStructure::from_legs(legs, n / 2, flux).unwrap();
+        let array = AsyncArray::random(s, seed as u64 + 1);
+        tensors.push((name.clone(), Tensor { labels, array }));
+    }
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let chain = json["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            (
+                step[0].as_str().unwrap().to_owned(),
+                step[1].as_str().unwrap().to_owned(),
+                strings(&step[2]),
+                strings(&step[3]),
+            )
+        })
+        .collect();
+    (tensors, chain)
+}
+
+/// The chain of contractions; returns the result and the total flops.
+fn apply_heff(tensors: &[(String, Tensor)], chain: &[Step]) -> (AsyncArray<f64, U1>, u64) {
+    let mut running: Option<Tensor> = None;
+    let mut flops = 0;
+    for (x, y, ax, ay) in chain {
+        let previous = running.take();
+        let operand = |name: &str| -> &Tensor {
+            if name == "T" {
+                previous.as_ref().expect("T is the running result")
+            } else {
+                &tensors
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .expect("an operand")
+                    .1
+            }
+        };
+        let (a, b) = (operand(x), operand(y));
+        let pos = |t: &Tensor, l: &String| t.labels.iter().position(|x| x == l).unwrap();
+        let axes_a: Vec<usize> = ax.iter().map(|l| pos(a, l)).collect();
+        let axes_b: Vec<usize> = ay.iter().map(|l| pos(b, l)).collect();
+        let spec = Spec::tensordot(a.labels.len(), b.labels.len(), &axes_a, &axes_b).unwrap();
+        let c = Contraction::from_spec(spec);
+        flops += c.plan(&a.array, &b.array).unwrap().flops();
+        let array = c.apply(1.0, &a.array, &b.array).unwrap();
+        let labels = a
+            .labels
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !axes_a.contains(i))
+            .chain(
+                b.labels
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| !axes_b.contains(j)),
+            )
+            .map(|(_, l)| l.clone())
+            .collect();
+        running = Some(Tensor { labels, array });
+    }
+    (running.unwrap().array, flops)
+}
+
+fn heff(c: &mut Criterion) {
+    let runtime = Runtime::new(2).unwrap();
+    let mut group = c.benchmark_group("contract_d_dmrg_heff");
+    group.sample_size(10);
+    for chi in [128_usize, 256, 512, 1024] {
+        let (tensors, chain) = load_heff(chi);
+        let (_, flops) = runtime.enter(|| apply_heff(&tensors, &chain));
+        group.throughput(Throughput::Elements(flops));
+        group.bench_function(BenchmarkId::new("tessera", chi), |bch| {
+            bch.iter(|| {
+                let (t, _) = runtime.enter(|| apply_heff(&tensors, &chain));
+                t.wait().unwrap();
+            })
+        });
+        let (da, db, mut dc, dflops) = dense_baseline(flops);
+        group.throughput(Throughput::Elements(dflops));
+        group.bench_function(BenchmarkId::new("dense_faer_same_flops", chi), |bch| {
+            bch.iter(|| dense_gemm(&runtime, &da, &db, &mut dc))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, block_gemm, small_blocks, planning, heff);
+criterion_main!(benches);
