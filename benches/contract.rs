@@ -158,12 +158,7 @@ struct Tensor {
     array: AsyncArray<f64, U1>,
 }
 
-fn load_heff(
-    chi: usize,
-) -> (
-    Vec<(String, Tensor)>,
-    Vec<(String, String, Vec<String>, Vec<String>)>,
-) {
+fn load_heff(chi: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/data")
         .join(format!("heff_heisenberg_chi{chi}.json"));
