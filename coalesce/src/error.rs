@@ -35,6 +35,43 @@ pub enum Error {
         cols: usize,
     },
 
+    /// A block set with no block.
+    #[error("expected at least one block in the block set, but none was given")]
+    EmptyBlockSet,
+
+    /// A block given twice in one block set.
+    #[error("block {block} appears twice in the block set; expected each block at most once")]
+    RepeatedBlock {
+        /// The repeated block id.
+        block: usize,
+    },
+
+    /// A block set that spans several coupled sectors.
+    #[error(
+        "expected every block of the set in one coupled sector, but block {first} is in \
+         sector {first_sector} and block {other} in sector {other_sector}"
+    )]
+    MixedSectors {
+        /// The first block of the set.
+        first: usize,
+        /// Its coupled sector.
+        first_sector: usize,
+        /// A block in another sector.
+        other: usize,
+        /// That block's coupled sector.
+        other_sector: usize,
+    },
+
+    /// A block set that is not one strided matrix of the allocation, asked for as a view.
+    #[error(
+        "expected blocks that tile one rectangle of a dense sector matrix (a zero-copy view), \
+         but {reason}; use `gather_blocks` for an explicit copy"
+    )]
+    NotOneMatrix {
+        /// Why the blocks do not form one matrix.
+        reason: String,
+    },
+
     /// An error of the block layer (an unknown block, a structure that cannot be built).
     #[error(transparent)]
     Blocks(#[from] tessera_blocks::Error),

@@ -3,8 +3,10 @@
 //!
 //! Owns: [`SectorRegion`] (a column-major matrix inside an array's allocation that resolves
 //! to a faer `MatRef` / `MatMut` inside a task), [`SectorAlias`] (that region paired with the
-//! composite of the covered blocks' hazard records) and the [`Coalesce`] trait that hands
-//! them out. Invariant: a coalesced view is never given fresh records: it is ordered by
+//! composite of the covered blocks' hazard records), the [`Coalesce`] trait that hands
+//! them out (per coupled sector, or zero-copy over a block set that is one strided matrix),
+//! and [`GatheredBlocks`], the explicit copy of any block set of one sector into a
+//! temporary. Invariant: a coalesced view is never given fresh records: it is ordered by
 //! exactly the records of the blocks it covers, enrolled in one step, so block views and
 //! coalesced views of one array are ordered together (a write excludes every overlapping
 //! access, reads share).
@@ -31,9 +33,11 @@
 #![deny(missing_docs)]
 
 mod error;
+mod gather;
 mod region;
 mod view;
 
 pub use error::Error;
+pub use gather::GatheredBlocks;
 pub use region::{SectorAlias, SectorRegion};
 pub use view::Coalesce;

@@ -1,12 +1,13 @@
 //! Coalesced views of an [`AsyncArray`]: one alias over several blocks.
 //!
 //! Owns the [`Coalesce`] extension trait, the one place where a [`SectorRegion`] is paired
-//! with records. Invariant: a coalesced alias carries [`HazardSet::composite`] of exactly the
+//! with records: sector views and zero-copy block-set views (gathers live in `gather`). Invariant: a coalesced alias carries [`HazardSet::composite`] of exactly the
 //! records of the blocks whose elements its matrix covers, so an access through it is
 //! enrolled on all of them in one step: a write excludes every overlapping block access and
 //! every overlapping coalesced access, reads share with reads.
 
 use crate::error::Error;
+use crate::gather::{BlockSet, GatheredBlocks};
 use crate::region::{SectorAlias, SectorRegion};
 use std::sync::Arc;
 use tessera_backends::Scalar;
@@ -37,6 +38,30 @@ pub trait Coalesce<T: Scalar> {
     /// [`Error::UnknownSector`] for an index past the sectors; [`Error::PackedSector`] for a
     /// sector whose blocks do not form one matrix (a masked structure).
     fn sector(&self, c: usize) -> Result<SectorAlias<T>, Error>;
+
+    /// The zero-copy view of a set of blocks of one dense coupled sector that tile one
+    /// rectangle of its sector matrix (a run of block rows by a run of block columns: the
+    /// whole sector, a contiguous run of its columns, ...). The view is that strided
+    /// sub-matrix of the allocation (leading dimension: the sector's rows), ordered by
+    /// exactly the records of the given blocks. Never copies; a set that is not one matrix
+    /// is refused, and [`gather_blocks`](Coalesce::gather_blocks) is the explicit copy.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EmptyBlockSet`], [`Error::RepeatedBlock`], an unknown block
+    /// ([`Error::Blocks`]), [`Error::MixedSectors`], and [`Error::NotOneMatrix`] when the
+    /// sector is packed or the blocks leave a hole in the rectangle they span.
+    fn blocks_view(&self, ids: &[usize]) -> Result<SectorAlias<T>, Error>;
+
+    /// Copies a set of blocks of one coupled sector (dense or packed) into a fresh temporary
+    /// matrix, with a scheduled task that reads the blocks (enrolled on all their records
+    /// in one step). See [`GatheredBlocks`] for the write-back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EmptyBlockSet`], [`Error::RepeatedBlock`], an unknown block
+    /// ([`Error::Blocks`]) and [`Error::MixedSectors`]; nothing is enrolled then.
+    fn gather_blocks(&self, ids: &[usize]) -> Result<GatheredBlocks<T>, Error>;
 }
 
 impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
@@ -68,6 +93,50 @@ impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
         // (the structure's layout), and `hazards` holds every one of their records; no other
         // block shares an element with them.
         Ok(unsafe { Alias::from_parts(region, hazards) })
+    }
+
+    fn blocks_view(&self, ids: &[usize]) -> Result<SectorAlias<T>, Error> {
+        let set = BlockSet::new(self, ids)?;
+        let sector = &self.structure().sectors()[set.sector];
+        if !sector.is_dense() {
+            return Err(Error::NotOneMatrix {
+                reason: format!(
+                    "their sector {} is packed (its blocks are stored apart)",
+                    set.sector
+                ),
+            });
+        }
+        let (tiles, area) = set.tiles_rectangle();
+        if !tiles {
+            return Err(Error::NotOneMatrix {
+                reason: format!(
+                    "they cover {area} of the {} elements of the {} x {} rectangle they span",
+                    set.rows.len() * set.cols.len(),
+                    set.rows.len(),
+                    set.cols.len()
+                ),
+            });
+        }
+        let ld = sector.rows();
+        let offset = sector.offset() + set.rows.start + set.cols.start * ld;
+        let region = SectorRegion::new(
+            Arc::clone(self.buffer()),
+            offset,
+            set.rows.len(),
+            set.cols.len(),
+            ld,
+        )
+        .expect("a rectangle of a dense sector matrix lies inside the allocation");
+        let hazards = composite(self, set.blocks.iter().map(|b| b.0))?;
+        // SAFETY: in a dense sector a block is exactly its sub-rectangle of the sector matrix;
+        // the blocks tile the region's rectangle, so the region's elements are exactly the
+        // elements of these blocks, and `hazards` holds every one of their records.
+        Ok(unsafe { Alias::from_parts(region, hazards) })
+    }
+
+    fn gather_blocks(&self, ids: &[usize]) -> Result<GatheredBlocks<T>, Error> {
+        let set = BlockSet::new(self, ids)?;
+        GatheredBlocks::gather(self, &set)
     }
 }
 
