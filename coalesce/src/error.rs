@@ -72,6 +72,41 @@ pub enum Error {
         reason: String,
     },
 
+    /// A truncation setting out of its range.
+    #[error("invalid truncation: expected {expected}, but {what} is {given}")]
+    InvalidTruncation {
+        /// Which setting.
+        what: &'static str,
+        /// Its valid range.
+        expected: &'static str,
+        /// The value given.
+        given: String,
+    },
+
+    /// A tensor that is not a map of a space to itself, given to a Hermitian
+    /// eigendecomposition.
+    #[error(
+        "expected a tensor from a space to itself (domain legs the duals of the codomain legs, \
+         trivial flux), but {reason}"
+    )]
+    NotEndomorphism {
+        /// What differs.
+        reason: String,
+    },
+
+    /// A dense factorization did not converge on one sector matrix.
+    #[error("the {what} of coupled sector {sector} ({rows} x {cols}) did not converge")]
+    NoConvergence {
+        /// Which factorization.
+        what: &'static str,
+        /// The sector index.
+        sector: usize,
+        /// Rows of its matrix.
+        rows: usize,
+        /// Columns of its matrix.
+        cols: usize,
+    },
+
     /// An error of the block layer (an unknown block, a structure that cannot be built).
     #[error(transparent)]
     Blocks(#[from] tessera_blocks::Error),

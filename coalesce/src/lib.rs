@@ -6,7 +6,9 @@
 //! composite of the covered blocks' hazard records), the [`Coalesce`] trait that hands
 //! them out (per coupled sector, or zero-copy over a block set that is one strided matrix),
 //! and [`GatheredBlocks`], the explicit copy of any block set of one sector into a
-//! temporary. Invariant: a coalesced view is never given fresh records: it is ordered by
+//! temporary; and per-sector factorizations through faer ([`svd`] with global
+//! [`Truncation`], [`qr`], [`lq`], [`eigh`]) that return block-sparse factors joined by a new
+//! bond leg. Invariant: a coalesced view is never given fresh records: it is ordered by
 //! exactly the records of the blocks it covers, enrolled in one step, so block views and
 //! coalesced views of one array are ordered together (a write excludes every overlapping
 //! access, reads share).
@@ -32,12 +34,21 @@
 
 #![deny(missing_docs)]
 
+mod eigh;
 mod error;
+mod factor;
 mod gather;
+mod qr;
 mod region;
+mod svd;
+mod truncation;
 mod view;
 
+pub use eigh::{Eigh, eigh};
 pub use error::Error;
 pub use gather::GatheredBlocks;
+pub use qr::{Lq, Qr, lq, qr};
 pub use region::{SectorAlias, SectorRegion};
+pub use svd::{SingularValues, Svd, svd};
+pub use truncation::Truncation;
 pub use view::Coalesce;
