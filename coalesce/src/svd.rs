@@ -129,7 +129,8 @@ struct SectorSvd<T> {
 ///
 /// [`Error::InvalidTruncation`] and [`Error::PackedSector`] before anything is enrolled;
 /// [`Error::Core`] if a sector's task failed (its poison names [`Error::NoConvergence`], or
-/// the failure that poisoned `a`).
+/// the failure that poisoned `a`), and [`Error::Core`] with a wait error when called inside
+/// a task or on a worker thread: `svd` waits on the host for the singular values.
 pub fn svd<T: Field, S: AbelianSector>(
     a: &AsyncArray<T, S>,
     truncation: &Truncation,
