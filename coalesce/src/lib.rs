@@ -1,5 +1,54 @@
-//! Coalesced views over several blocks, with composite hazard sets, and per-sector
-//! factorizations. Arrives with the coalesce issue; this crate fixes its place in the
-//! dependency order.
+//! Coalesced views over several blocks of an [`AsyncArray`](tessera_blocks::AsyncArray),
+//! with composite hazard sets, and per-sector factorizations.
+//!
+//! Owns: [`SectorRegion`] (a column-major matrix inside an array's allocation that resolves
+//! to a faer `MatRef` / `MatMut` inside a task), [`SectorAlias`] (that region paired with the
+//! composite of the covered blocks' hazard records), the [`Coalesce`] trait that hands
+//! them out (per coupled sector, or zero-copy over a block set that is one strided matrix),
+//! and [`GatheredBlocks`], the explicit copy of any block set of one sector into a
+//! temporary; and per-sector factorizations through faer ([`svd`] with global
+//! [`Truncation`], [`qr`], [`lq`], [`eigh`]) that return block-sparse factors joined by a new
+//! bond leg. Invariant: a coalesced view is never given fresh records: it is ordered by
+//! exactly the records of the blocks it covers, enrolled in one step, so block views and
+//! coalesced views of one array are ordered together (a write excludes every overlapping
+//! access, reads share).
+//!
+//! ```
+//! use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+//! use tessera_coalesce::Coalesce;
+//! use tessera_core::schedule;
+//!
+//! let row = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)])?;
+//! let s = BlockStructure::new([row.clone()], [row.dual()], U1(0))?;
+//! let a = AsyncArray::<f64, U1>::zeros(s);
+//! // A task that sees the whole charge-1 sector as one faer matrix.
+//! schedule(a.sector(1)?.overwrite(), |mut m| {
+//!     for i in 0..m.nrows() {
+//!         m[(i, i)] = 1.0;
+//!     }
+//!     Ok(())
+//! })?;
+//! assert_eq!(a.get(&[3, 3])?, 1.0); // waits for exactly that task
+//! # Ok::<(), tessera_coalesce::Error>(())
+//! ```
 
 #![deny(missing_docs)]
+
+mod eigh;
+mod error;
+mod factor;
+mod gather;
+mod qr;
+mod region;
+mod svd;
+mod truncation;
+mod view;
+
+pub use eigh::{Eigh, eigh};
+pub use error::Error;
+pub use gather::GatheredBlocks;
+pub use qr::{Lq, Qr, lq, qr};
+pub use region::{SectorAlias, SectorRegion};
+pub use svd::{SingularValues, Svd, svd};
+pub use truncation::Truncation;
+pub use view::Coalesce;

@@ -151,9 +151,12 @@ fn loom_enrollment_races_completion() {
 }
 
 #[test]
-fn loom_composite_enrollments_in_opposite_declared_orders() {
-    // Two threads enroll writes on {a, b}, declared in opposite orders, while a third enrolls
-    // a read of `a` alone. All three finish (no deadlock) and exclude each other.
+fn loom_composite_enrollments_race_each_other_and_single_block_enrollments() {
+    // Two threads enroll composite writes on {a, b} (a coalesced view over two blocks),
+    // declared in opposite orders, while this thread enrolls single-block accesses: a read
+    // of `a`, then a write of `b`. Every enrollment is atomic, so whatever the interleaving,
+    // all four finish (no deadlock), a composite write excludes the single-block accesses of
+    // both of its blocks, and the writes of `b` (two composite, one single) never overlap.
     model(|| {
         let a = HazardRecord::new();
         let b = HazardRecord::new();
@@ -169,6 +172,7 @@ fn loom_composite_enrollments_in_opposite_declared_orders() {
                     for probe in [&pa, &pb] {
                         assert_eq!(probe.writers.fetch_add(1, Ordering::AcqRel), 0);
                         assert_eq!(probe.readers.load(Ordering::Acquire), 0);
+                        probe.version.fetch_add(1, Ordering::AcqRel);
                     }
                     for probe in [&pa, &pb] {
                         probe.writers.fetch_sub(1, Ordering::AcqRel);
@@ -180,17 +184,38 @@ fn loom_composite_enrollments_in_opposite_declared_orders() {
         let t1 = spawn_writer(&a, &b);
         let t2 = spawn_writer(&b, &a);
         let rd = enroll_wake(&[(&a, Mode::Read)]);
+        let wr = enroll_wake(&[(&b, Mode::Update)]);
         run(rd, || {
             pa.readers.fetch_add(1, Ordering::AcqRel);
             assert_eq!(
                 pa.writers.load(Ordering::Acquire),
                 0,
-                "read overlapped a composite write"
+                "a block read overlapped a composite write"
             );
             pa.readers.fetch_sub(1, Ordering::AcqRel);
+        });
+        run(wr, || {
+            assert_eq!(
+                pb.writers.fetch_add(1, Ordering::AcqRel),
+                0,
+                "a block write overlapped a composite write"
+            );
+            assert_eq!(pb.readers.load(Ordering::Acquire), 0);
+            pb.version.fetch_add(1, Ordering::AcqRel);
+            pb.writers.fetch_sub(1, Ordering::AcqRel);
         });
         t1.join().unwrap();
         t2.join().unwrap();
         assert_eq!(done.load(Ordering::Acquire), 2);
+        assert_eq!(
+            pa.version.load(Ordering::Acquire),
+            2,
+            "a write of `a` was lost"
+        );
+        assert_eq!(
+            pb.version.load(Ordering::Acquire),
+            3,
+            "a write of `b` was lost"
+        );
     });
 }

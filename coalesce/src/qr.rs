@@ -1,0 +1,104 @@
+//! Block-sparse QR and LQ decompositions.
+//!
+//! Owns [`qr`], [`lq`] and their results [`Qr`], [`Lq`]. Invariant: `A = Q · R` (`A = L · Q`)
+//! sector by sector, with the bond dimension of sector `c` equal to `min(rows, cols)` of its
+//! matrix; `Q` has orthonormal columns (rows, for LQ) and `R` is upper (`L` lower)
+//! triangular in every sector. Legs and directions follow the `factor` module. No decision
+//! depends on the values, so the factors' structures are known at the call and nothing waits
+//! on the host: one scheduled task per sector reads the sector matrix of `A` and overwrites
+//! the sector matrices of both factors.
+
+use crate::error::Error;
+use crate::factor::{bond_leg, factor_sector, left_structure, right_structure, sector_views};
+use tessera_backends::Field;
+use tessera_blocks::{AbelianSector, AsyncArray, Leg};
+use tessera_core::Runtime;
+
+/// The result of [`qr`].
+#[derive(Debug)]
+pub struct Qr<T, S: AbelianSector> {
+    /// `Q`: `A`'s codomain legs to the bond leg, orthonormal columns per sector.
+    pub q: AsyncArray<T, S>,
+    /// `R`: the dual bond leg to `A`'s domain legs, upper triangular per sector.
+    pub r: AsyncArray<T, S>,
+}
+
+/// The result of [`lq`].
+#[derive(Debug)]
+pub struct Lq<T, S: AbelianSector> {
+    /// `L`: `A`'s codomain legs to the bond leg, lower triangular per sector.
+    pub l: AsyncArray<T, S>,
+    /// `Q`: the dual bond leg to `A`'s domain legs, orthonormal rows per sector.
+    pub q: AsyncArray<T, S>,
+}
+
+/// The bond leg of a full-rank factorization: `min(rows, cols)` per sector.
+fn thin_bond<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Leg<S>, Error> {
+    bond_leg(
+        a.structure()
+            .sectors()
+            .iter()
+            .map(|c| (c.sector().clone(), c.rows().min(c.cols()))),
+    )
+}
+
+/// The QR decomposition of `a`, one task per coupled sector.
+///
+/// # Errors
+///
+/// [`Error::PackedSector`] before anything is enrolled.
+pub fn qr<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Qr<T, S>, Error> {
+    let views = sector_views(a)?;
+    let bond = thin_bond(a)?;
+    let q = AsyncArray::zeros(left_structure(a.structure(), &bond)?);
+    let r = AsyncArray::zeros(right_structure(&bond, a.structure())?);
+    let rt = Runtime::current();
+    for (view, c) in views.iter().zip(a.structure().sectors()) {
+        let (qc, rc) = (
+            factor_sector(&q, c.sector())?,
+            factor_sector(&r, c.sector())?,
+        );
+        rt.schedule_named(
+            "coalesce.qr",
+            (view.read(), qc.overwrite(), rc.overwrite()),
+            |(m, mut qc, mut rc)| {
+                let f = m.qr();
+                qc.copy_from(f.compute_thin_Q());
+                rc.copy_from(f.thin_R());
+                Ok(())
+            },
+        )?;
+    }
+    Ok(Qr { q, r })
+}
+
+/// The LQ decomposition of `a` (the QR decomposition of `a†`, adjoined), one task per
+/// coupled sector.
+///
+/// # Errors
+///
+/// [`Error::PackedSector`] before anything is enrolled.
+pub fn lq<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Lq<T, S>, Error> {
+    let views = sector_views(a)?;
+    let bond = thin_bond(a)?;
+    let l = AsyncArray::zeros(left_structure(a.structure(), &bond)?);
+    let q = AsyncArray::zeros(right_structure(&bond, a.structure())?);
+    let rt = Runtime::current();
+    for (view, c) in views.iter().zip(a.structure().sectors()) {
+        let (lc, qc) = (
+            factor_sector(&l, c.sector())?,
+            factor_sector(&q, c.sector())?,
+        );
+        rt.schedule_named(
+            "coalesce.lq",
+            (view.read(), lc.overwrite(), qc.overwrite()),
+            |(m, mut lc, mut qc)| {
+                let f = m.adjoint().qr();
+                lc.copy_from(f.thin_R().adjoint());
+                qc.copy_from(f.compute_thin_Q().adjoint());
+                Ok(())
+            },
+        )?;
+    }
+    Ok(Lq { l, q })
+}

@@ -1,0 +1,220 @@
+//! Block-sparse singular value decomposition with global truncation.
+//!
+//! Owns [`svd`], its result [`Svd`] and [`SingularValues`]. Invariant: `A ≈ U · S · V†`
+//! sector by sector, `U` has orthonormal columns and `V†` orthonormal rows in every sector,
+//! and the kept singular values are the largest over all sectors that the [`Truncation`]
+//! allows (see the `truncation` module); the bond leg has one segment per sector that keeps
+//! anything, of the kept dimension (see the `factor` module for legs and directions).
+//!
+//! # Where the host waits
+//!
+//! The per-sector SVDs run as scheduled tasks, one per coupled sector, in parallel. The
+//! truncation decision needs every sector's singular values, and the shapes of `U` and `V†`
+//! (the bond leg, hence their descriptor tables) depend on it, so [`svd`] waits for those
+//! tasks before it returns: a genuine data dependency, not a lost overlap. The copies of the
+//! kept columns into `U` and rows into `V†` are scheduled tasks again; `svd` does not wait
+//! for them.
+
+use crate::error::Error;
+use crate::factor::{
+    bond_leg, diagonal_structure, factor_sector, kernel_error, left_structure, re, right_structure,
+    sector_views,
+};
+use crate::truncation::Truncation;
+use faer::Mat;
+use tessera_backends::{Field, Real, Scalar};
+use tessera_blocks::{AbelianSector, AsyncArray, Leg};
+use tessera_core::{Async, Runtime};
+
+/// The singular values kept, per segment of the bond leg, each non-increasing.
+#[derive(Clone, Debug)]
+pub struct SingularValues<R, S> {
+    leg: Leg<S>,
+    values: Vec<Vec<R>>,
+}
+
+impl<R: Scalar, S: AbelianSector> SingularValues<R, S> {
+    /// The bond leg (as `U`'s domain leg): segment `i` is labelled by its coupled sector and
+    /// has dimension `values(i).len()`.
+    pub fn leg(&self) -> &Leg<S> {
+        &self.leg
+    }
+
+    /// The kept values of bond segment `i` (non-increasing), or `None` past the segments.
+    pub fn values(&self, i: usize) -> Option<&[R]> {
+        self.values.get(i).map(Vec::as_slice)
+    }
+
+    /// Every segment's coupled sector with its kept values.
+    pub fn iter(&self) -> impl Iterator<Item = (&S, &[R])> {
+        self.leg
+            .segments()
+            .iter()
+            .map(|s| &s.sector)
+            .zip(self.values.iter().map(Vec::as_slice))
+    }
+
+    /// How many values are kept in total (the bond dimension).
+    pub fn len(&self) -> usize {
+        self.values.iter().map(Vec::len).sum()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `S` as a real block-diagonal tensor: codomain the dual bond leg, domain the bond
+    /// leg, trivial flux, so that `U · S · V†` contracts.
+    ///
+    /// # Errors
+    ///
+    /// A block-layer error if the structure cannot be built (it always can).
+    pub fn to_array(&self) -> Result<AsyncArray<R, S>, Error> {
+        let structure = diagonal_structure(&self.leg)?;
+        let mut blocks = vec![Vec::new(); structure.num_blocks()];
+        for (i, v) in self.values.iter().enumerate() {
+            let id = structure
+                .block_id(&[i, i])
+                .expect("the diagonal blocks of a bond leg and its dual conserve the flux");
+            let k = v.len();
+            let mut data = vec![R::ZERO; k * k];
+            for (j, &s) in v.iter().enumerate() {
+                data[j + j * k] = s;
+            }
+            blocks[id] = data;
+        }
+        Ok(AsyncArray::from_blocks(structure, &blocks)?)
+    }
+}
+
+/// The result of [`svd`].
+#[derive(Debug)]
+pub struct Svd<T: Scalar, S: AbelianSector> {
+    /// `U`: `A`'s codomain legs to the bond leg, orthonormal columns per sector.
+    pub u: AsyncArray<T, S>,
+    /// The kept singular values, per bond segment (on the host: the truncation needed them).
+    pub s: SingularValues<Real<T>, S>,
+    /// `V†`: the dual bond leg to `A`'s domain legs, orthonormal rows per sector.
+    pub vt: AsyncArray<T, S>,
+    /// The sum of the squares of the discarded singular values (`||A - U S V†||²`).
+    pub discarded_weight: f64,
+    /// The sum of the squares of all singular values (`||A||²`).
+    pub total_weight: f64,
+}
+
+/// One sector's thin SVD, computed by its task.
+#[derive(Debug)]
+struct SectorSvd<T> {
+    u: Mat<T>,
+    s: Vec<f64>,
+    vt: Mat<T>,
+}
+
+/// The singular value decomposition of `a`, per coupled sector, truncated globally.
+///
+/// ```
+/// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+/// use tessera_coalesce::{Truncation, svd};
+///
+/// let leg = Leg::new(Direction::In, [(U1(0), 3), (U1(1), 4)])?;
+/// let a = AsyncArray::<f64, U1>::random(BlockStructure::new([leg.clone()], [leg.dual()], U1(0))?, 1);
+/// let r = svd(&a, &Truncation::max_dim(5))?;
+/// assert_eq!(r.s.len(), 5); // the five largest values of both sectors together
+/// assert_eq!(r.u.structure().domain()[0], *r.s.leg());
+/// # Ok::<(), tessera_coalesce::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::InvalidTruncation`] and [`Error::PackedSector`] before anything is enrolled;
+/// [`Error::Core`] if a sector's task failed (its poison names [`Error::NoConvergence`], or
+/// the failure that poisoned `a`), and [`Error::Core`] with a wait error when called inside
+/// a task or on a worker thread: `svd` waits on the host for the singular values.
+pub fn svd<T: Field, S: AbelianSector>(
+    a: &AsyncArray<T, S>,
+    truncation: &Truncation,
+) -> Result<Svd<T, S>, Error> {
+    truncation.check()?;
+    let views = sector_views(a)?;
+    let rt = Runtime::current();
+    let mut parts = Vec::with_capacity(views.len());
+    for (c, view) in views.iter().enumerate() {
+        let out = Async::new(SectorSvd {
+            u: Mat::<T>::from_fn(0, 0, |_, _| T::ZERO),
+            s: Vec::new(),
+            vt: Mat::<T>::from_fn(0, 0, |_, _| T::ZERO),
+        });
+        rt.schedule_named(
+            "coalesce.svd",
+            (view.read(), out.overwrite()),
+            move |(m, o)| {
+                let svd = m.thin_svd().map_err(|_| {
+                    kernel_error(Error::NoConvergence {
+                        what: "SVD",
+                        sector: c,
+                        rows: m.nrows(),
+                        cols: m.ncols(),
+                    })
+                })?;
+                o.u = svd.U().to_owned();
+                o.s = svd.S().column_vector().iter().map(|&x| re(x)).collect();
+                o.vt = svd.V().adjoint().to_owned();
+                Ok(())
+            },
+        )?;
+        parts.push(out);
+    }
+    // The one host wait (see the module docs): the decision needs every singular value.
+    let values: Vec<Vec<f64>> = parts
+        .iter()
+        .map(|p| p.with(|o| o.s.clone()))
+        .collect::<Result<_, _>>()?;
+    let total_weight = values.iter().flatten().map(|s| s * s).sum();
+    let (kept, discarded_weight) = truncation.select(&values);
+    let structure = a.structure();
+    let labels: Vec<S> = structure
+        .sectors()
+        .iter()
+        .map(|c| c.sector().clone())
+        .collect();
+    let bond = bond_leg(labels.iter().cloned().zip(kept.iter().copied()))?;
+    let u = AsyncArray::zeros(left_structure(structure, &bond)?);
+    let vt = AsyncArray::zeros(right_structure(&bond, structure)?);
+    let mut s_values = Vec::new();
+    for (c, part) in parts.iter().enumerate() {
+        let k = kept[c];
+        if k == 0 {
+            continue;
+        }
+        s_values.push(
+            values[c][..k]
+                .iter()
+                .map(|&x| Real::<T>::from_f64(x))
+                .collect(),
+        );
+        let (uc, vc) = (
+            factor_sector(&u, &labels[c])?,
+            factor_sector(&vt, &labels[c])?,
+        );
+        rt.schedule_named(
+            "coalesce.svd.keep",
+            (part.read(), uc.overwrite(), vc.overwrite()),
+            move |(p, mut uc, mut vc)| {
+                uc.copy_from(p.u.as_ref().subcols(0, k));
+                vc.copy_from(p.vt.as_ref().subrows(0, k));
+                Ok(())
+            },
+        )?;
+    }
+    Ok(Svd {
+        u,
+        s: SingularValues {
+            leg: bond,
+            values: s_values,
+        },
+        vt,
+        discarded_weight,
+        total_weight,
+    })
+}

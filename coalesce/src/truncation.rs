@@ -1,0 +1,156 @@
+//! Global truncation of singular values across coupled sectors.
+//!
+//! Owns [`Truncation`] (the settings) and the selection that, given every sector's singular
+//! values, decides how many each sector keeps. Invariant: the selection is global: it ranks
+//! the singular values of all sectors together and keeps a prefix of that ranking, so a
+//! sector keeps its `k` largest values exactly when they are among the largest overall (what
+//! DMRG needs: the kept subspace is the best one of its total dimension). Ties are broken by
+//! sector index, then by position, so the choice is deterministic.
+
+use crate::error::Error;
+
+/// How a singular value decomposition is truncated. Every bound applies to the values of
+/// all sectors together; the default keeps everything.
+///
+/// - `max_dim`: keep at most this many singular values in total (the bond dimension).
+/// - `cutoff`: discard singular values below it.
+/// - `max_discarded_weight`: then discard the smallest remaining values as long as the
+///   discarded weight (the sum of their squares, including what the other bounds dropped)
+///   stays at most this fraction of the total weight (the sum of all squares). For a
+///   normalised state this is the usual DMRG truncation error.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Truncation {
+    /// The most singular values kept over all sectors; `None` for no bound.
+    pub max_dim: Option<usize>,
+    /// Singular values below this are discarded; `None` for no cutoff.
+    pub cutoff: Option<f64>,
+    /// The largest discarded fraction of the total weight; `None` for no bound.
+    pub max_discarded_weight: Option<f64>,
+}
+
+impl Truncation {
+    /// No truncation: the thin decomposition.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Keeps at most `max_dim` singular values in total.
+    pub fn max_dim(max_dim: usize) -> Self {
+        Self {
+            max_dim: Some(max_dim),
+            ..Self::default()
+        }
+    }
+
+    /// Checks the settings.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        if self.max_dim == Some(0) {
+            return Err(Error::InvalidTruncation {
+                what: "max_dim",
+                expected: "at least 1 (None for no bound)",
+                given: "0".to_owned(),
+            });
+        }
+        if let Some(c) = self.cutoff
+            && !(c >= 0.0 && c.is_finite())
+        {
+            return Err(Error::InvalidTruncation {
+                what: "cutoff",
+                expected: "a finite singular value of at least 0",
+                given: c.to_string(),
+            });
+        }
+        if let Some(w) = self.max_discarded_weight
+            && !(0.0..=1.0).contains(&w)
+        {
+            return Err(Error::InvalidTruncation {
+                what: "max_discarded_weight",
+                expected: "a fraction of the total weight in [0, 1]",
+                given: w.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// How many values each sector keeps, and the discarded weight (sum of the squares of
+    /// the discarded values). `values[c]` are sector `c`'s singular values, non-increasing.
+    pub(crate) fn select(&self, values: &[Vec<f64>]) -> (Vec<usize>, f64) {
+        let mut ranked: Vec<(f64, usize, usize)> = values
+            .iter()
+            .enumerate()
+            .flat_map(|(c, v)| v.iter().enumerate().map(move |(i, &s)| (s, c, i)))
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let total: f64 = ranked.iter().map(|r| r.0 * r.0).sum();
+        let mut keep = ranked.len();
+        if let Some(cutoff) = self.cutoff {
+            keep = ranked.iter().take_while(|r| r.0 >= cutoff).count();
+        }
+        if let Some(max_dim) = self.max_dim {
+            keep = keep.min(max_dim);
+        }
+        let mut discarded: f64 = ranked[keep..].iter().map(|r| r.0 * r.0).sum();
+        if let Some(fraction) = self.max_discarded_weight {
+            let bound = fraction * total;
+            while keep > 0 && discarded + ranked[keep - 1].0 * ranked[keep - 1].0 <= bound {
+                keep -= 1;
+                discarded += ranked[keep].0 * ranked[keep].0;
+            }
+        }
+        let mut kept = vec![0; values.len()];
+        for r in &ranked[..keep] {
+            kept[r.1] += 1;
+        }
+        (kept, discarded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection_is_global_across_sectors() {
+        let v = vec![vec![5.0, 1.0, 0.5], vec![4.0, 3.0], vec![0.1]];
+        assert_eq!(Truncation::none().select(&v).0, vec![3, 2, 1]);
+        let (kept, w) = Truncation::max_dim(3).select(&v);
+        assert_eq!(kept, vec![1, 2, 0]);
+        assert!((w - (1.0 + 0.25 + 0.01)).abs() < 1e-12);
+        let cut = Truncation {
+            cutoff: Some(0.5),
+            ..Truncation::none()
+        };
+        assert_eq!(cut.select(&v).0, vec![3, 2, 0]);
+        // Total weight 51.26; 1% of it is 0.5126: 0.1^2 and 0.5^2 go, 1.0^2 would exceed it.
+        let weight = Truncation {
+            max_discarded_weight: Some(0.01),
+            ..Truncation::none()
+        };
+        let (kept, w) = weight.select(&v);
+        assert_eq!(kept, vec![2, 2, 0]);
+        assert!((w - 0.26).abs() < 1e-12);
+    }
+
+    #[test]
+    fn settings_out_of_range_are_refused() {
+        assert!(Truncation::max_dim(0).check().is_err());
+        for c in [-1.0, f64::NAN, f64::INFINITY] {
+            let t = Truncation {
+                cutoff: Some(c),
+                ..Truncation::none()
+            };
+            assert!(matches!(
+                t.check(),
+                Err(Error::InvalidTruncation { what: "cutoff", .. })
+            ));
+        }
+        for w in [-0.1, 1.5, f64::NAN] {
+            let t = Truncation {
+                max_discarded_weight: Some(w),
+                ..Truncation::none()
+            };
+            assert!(t.check().is_err());
+        }
+        assert!(Truncation::max_dim(4).check().is_ok());
+    }
+}

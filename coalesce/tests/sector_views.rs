@@ -1,0 +1,253 @@
+//! Coalesced sector views: what they resolve to, how they are ordered against block views of
+//! the same array, and their misuse errors.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use tessera_blocks::{AsyncArray, BitVec, BlockStructure, Direction, Leg, U1};
+use tessera_coalesce::{Coalesce, Error};
+use tessera_core::Runtime;
+
+/// Two codomain and two domain legs of U(1) charges: several sectors, charge 1 with a 2 x 2
+/// grid of blocks.
+fn structure() -> Arc<BlockStructure<U1>> {
+    let a = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)]).unwrap();
+    let b = Leg::new(Direction::In, [(U1(0), 1), (U1(1), 2)]).unwrap();
+    let c = Leg::new(Direction::Out, [(U1(0), 2), (U1(1), 3)]).unwrap();
+    let d = Leg::new(Direction::Out, [(U1(0), 1), (U1(1), 1)]).unwrap();
+    Arc::new(BlockStructure::new([a, b], [c, d], U1(0)).unwrap())
+}
+
+/// Spins until `flag` is set; the bound only turns a hang into a failure, nothing is timed.
+fn wait_for(flag: &AtomicBool) -> bool {
+    let t = std::time::Instant::now();
+    while !flag.load(Ordering::Acquire) && t.elapsed().as_secs() < 30 {
+        std::thread::yield_now();
+    }
+    flag.load(Ordering::Acquire)
+}
+
+#[test]
+fn a_sector_view_is_its_blocks_laid_out_as_the_sector_matrix() {
+    let s = structure();
+    assert!(s.sectors().iter().any(|c| c.blocks().len() > 1));
+    let a = AsyncArray::<f64, U1>::random(Arc::clone(&s), 3);
+    let blocks = a.to_blocks().unwrap();
+    for (c, sector) in s.sectors().iter().enumerate() {
+        let view = a.sector(c).unwrap();
+        assert_eq!(view.hazards().records().len(), sector.blocks().len());
+        let m: Vec<Vec<f64>> = view
+            .with(|m| {
+                assert_eq!((m.nrows(), m.ncols()), (sector.rows(), sector.cols()));
+                (0..m.ncols())
+                    .map(|j| (0..m.nrows()).map(|i| m[(i, j)]).collect())
+                    .collect()
+            })
+            .unwrap();
+        for id in sector.blocks() {
+            let block = s.block(id).unwrap();
+            let (rows, cols) = (block.rows(), block.cols());
+            for (k, &v) in blocks[id].iter().enumerate() {
+                let (i, j) = (k % rows.len(), k / rows.len());
+                assert_eq!(
+                    m[cols.start + j][rows.start + i],
+                    v,
+                    "block {id}, element {k}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_sector_view_shares_exactly_its_blocks_records() {
+    let s = structure();
+    let a = AsyncArray::<f64, U1>::zeros(Arc::clone(&s));
+    for (c, sector) in s.sectors().iter().enumerate() {
+        let view = a.sector(c).unwrap();
+        for id in 0..a.num_blocks() {
+            let block = a.block(id).unwrap();
+            assert_eq!(
+                view.hazards().overlaps(block.hazards()),
+                sector.blocks().contains(&id),
+                "sector {c}, block {id}"
+            );
+        }
+        // Enrolling a write through the view advances every covered record, and only those.
+        let before: Vec<u64> = (0..a.num_blocks())
+            .map(|id| a.block(id).unwrap().hazards().records()[0].epoch())
+            .collect();
+        tessera_core::schedule(view.write(), |_| Ok(())).unwrap();
+        for (id, &epoch) in before.iter().enumerate() {
+            let now = a.block(id).unwrap().hazards().records()[0].epoch();
+            let want = epoch + u64::from(sector.blocks().contains(&id));
+            assert_eq!(now, want, "sector {c}, block {id}");
+        }
+    }
+}
+
+#[test]
+fn a_sector_write_is_ordered_after_earlier_block_writes_and_before_later_block_reads() {
+    let rt = Runtime::new(2).unwrap();
+    let s = structure();
+    let c = (0..s.sectors().len())
+        .max_by_key(|&c| s.sectors()[c].blocks().len())
+        .unwrap();
+    let ids = s.sectors()[c].blocks();
+    let a = AsyncArray::<f64, U1>::zeros(Arc::clone(&s));
+    let gate = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicUsize::new(0));
+    let violations = Arc::new(AtomicUsize::new(0));
+    // Earlier block writes: block `id` becomes `id`; the first one waits for the gate, so an
+    // unordered sector write would find it not yet done.
+    for id in ids.clone() {
+        let (gate, written) = (Arc::clone(&gate), Arc::clone(&written));
+        rt.schedule(a.block(id).unwrap().overwrite(), move |mut v| {
+            if id == ids.start {
+                wait_for(&gate);
+            }
+            v.update(|_, _| id as f64);
+            written.fetch_add(1, Ordering::AcqRel);
+            Ok(())
+        })
+        .unwrap();
+    }
+    let n = ids.len();
+    {
+        let (written, violations) = (Arc::clone(&written), Arc::clone(&violations));
+        rt.schedule(a.sector(c).unwrap().write(), move |mut m| {
+            if written.load(Ordering::Acquire) != n {
+                violations.fetch_add(1, Ordering::AcqRel);
+            }
+            for j in 0..m.ncols() {
+                for i in 0..m.nrows() {
+                    m[(i, j)] = 10.0 * m[(i, j)] + 1.0;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    // Later block reads see the sector write; copies go to independent values.
+    let copies: Vec<_> = ids
+        .clone()
+        .map(|id| {
+            let out = tessera_core::Async::new(Vec::<f64>::new());
+            rt.schedule((a.block(id).unwrap().read(), out.overwrite()), |(v, o)| {
+                *o = v.to_vec();
+                Ok(())
+            })
+            .unwrap();
+            out
+        })
+        .collect();
+    gate.store(true, Ordering::Release);
+    for (id, copy) in ids.zip(copies) {
+        let got = copy.get().unwrap();
+        assert!(!got.is_empty());
+        assert!(
+            got.iter().all(|&v| v == 10.0 * id as f64 + 1.0),
+            "block {id} read {got:?}"
+        );
+    }
+    assert_eq!(
+        violations.load(Ordering::Acquire),
+        0,
+        "sector write ran early"
+    );
+}
+
+#[test]
+fn reads_of_a_sector_and_of_its_blocks_run_together() {
+    let rt = Runtime::new(2).unwrap();
+    let s = structure();
+    let c = (0..s.sectors().len())
+        .max_by_key(|&c| s.sectors()[c].blocks().len())
+        .unwrap();
+    let block = s.sectors()[c].blocks().start;
+    let a = AsyncArray::<f64, U1>::random(Arc::clone(&s), 9);
+    let started = Arc::new(AtomicUsize::new(0));
+    let overlapped = Arc::new(AtomicUsize::new(0));
+    // Each read waits until both have started: both complete as overlapped only if the
+    // runtime runs the sector read and the block read at the same time.
+    let rendezvous = {
+        let (started, overlapped) = (Arc::clone(&started), Arc::clone(&overlapped));
+        move || {
+            started.fetch_add(1, Ordering::AcqRel);
+            let t = std::time::Instant::now();
+            while started.load(Ordering::Acquire) < 2 && t.elapsed().as_secs() < 30 {
+                std::thread::yield_now();
+            }
+            if started.load(Ordering::Acquire) == 2 {
+                overlapped.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    };
+    let r1 = rendezvous.clone();
+    let (done1, done2) = (tessera_core::Async::new(()), tessera_core::Async::new(()));
+    rt.schedule(
+        (a.sector(c).unwrap().read(), done1.overwrite()),
+        move |(m, _)| {
+            assert!(m.nrows() > 0);
+            r1();
+            Ok(())
+        },
+    )
+    .unwrap();
+    rt.schedule(
+        (a.block(block).unwrap().read(), done2.overwrite()),
+        move |_| {
+            rendezvous();
+            Ok(())
+        },
+    )
+    .unwrap();
+    done1.wait().unwrap();
+    done2.wait().unwrap();
+    assert_eq!(
+        overlapped.load(Ordering::Acquire),
+        2,
+        "the reads did not overlap"
+    );
+}
+
+#[test]
+fn misuse_gives_typed_errors() {
+    let s = structure();
+    let a = AsyncArray::<f64, U1>::zeros(Arc::clone(&s));
+    let n = s.sectors().len();
+    assert_eq!(
+        a.sector(n).unwrap_err(),
+        Error::UnknownSector {
+            sector: n,
+            sectors: n
+        }
+    );
+    // A mask that leaves a hole in a sector's rectangle makes it packed: drop one allowed
+    // block after the other until that happens.
+    let (masked, packed) = (0..s.num_allowed())
+        .find_map(|dropped| {
+            let mut mask: BitVec = std::iter::repeat_n(true, s.num_allowed()).collect();
+            mask.set(dropped, false);
+            let masked = Arc::new(s.with_present(&mask).unwrap());
+            let packed = (0..masked.sectors().len()).find(|&k| !masked.sectors()[k].is_dense());
+            packed.map(|k| (masked, k))
+        })
+        .expect("the structure has a sector with a 2 x 2 grid of blocks");
+    let m = AsyncArray::<f64, U1>::zeros(Arc::clone(&masked));
+    let sector = &masked.sectors()[packed];
+    let err = m.sector(packed).unwrap_err();
+    assert_eq!(
+        err,
+        Error::PackedSector {
+            sector: packed,
+            blocks: sector.blocks().len(),
+            rows: sector.rows(),
+            cols: sector.cols(),
+        }
+    );
+    assert!(err.to_string().contains("expected a dense sector matrix"));
+    // Dense sectors of the masked array still give views.
+    for k in (0..masked.sectors().len()).filter(|&k| masked.sectors()[k].is_dense()) {
+        m.sector(k).unwrap();
+    }
+}
