@@ -88,6 +88,9 @@ pub enum Error {
     /// An error of the block-sparse layer (structure derivation, submission).
     #[error(transparent)]
     Blocks(#[from] tessera_blocks::Error),
+    /// An error of a coalesced view.
+    #[error(transparent)]
+    Coalesce(#[from] tessera_coalesce::Error),
     /// An error of the runtime (enrollment, a failed task).
     #[error(transparent)]
     Runtime(#[from] tessera_core::Error),

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use tessera_backends::Field;
 use tessera_backends::cpu::{gemm, matrix_mut, matrix_ref};
 use tessera_blocks::{AbelianSector, AsyncArray, Blocks};
+use tessera_coalesce::Coalesce;
 use tessera_core::schedule;
 
 /// A pairwise contraction: a [`Spec`], whether each operand is conjugated, and the plan cache
@@ -224,6 +225,19 @@ fn submit<T: Field, S: AbelianSector>(
                     gemm(cm.as_mut(), beta, lhs, conj_a, rhs, conj_b, alpha)?;
                 }
             }
+            Ok(())
+        })?;
+    }
+    for g in &plan.sector_gemms {
+        let (xa, xb) = (am.sector(g.a)?.read(), bm.sector(g.b)?.read());
+        let xc = target.sector(g.c)?;
+        let xc = if overwrite {
+            xc.overwrite()
+        } else {
+            xc.write()
+        };
+        schedule((xa, xb, xc), move |(lhs, rhs, out)| {
+            gemm(out, first_beta, lhs, conj_a, rhs, conj_b, alpha)?;
             Ok(())
         })?;
     }

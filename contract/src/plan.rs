@@ -27,20 +27,94 @@ use tessera_blocks::{AbelianSector, BlockStructure, Leg, Permuted};
 /// about a microsecond to enroll and run, so tiny GEMMs are batched.
 const GROUP_FLOPS: u64 = 1 << 21;
 
-/// How the GEMMs of a plan are laid out.
+/// How the GEMMs of a plan are laid out, chosen per coupled sector of the product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Strategy {
+    /// Every sector is one GEMM on the coalesced sector matrices of `A'`, `B'` and `C'`
+    /// (possible when the three sectors are dense and their row, inner and column tuples
+    /// line up).
+    SectorGemms,
     /// One GEMM per pair of matching blocks of `A'` and `B'`, on strided block matrices,
     /// accumulated into the output block.
     BlockPairs,
+    /// Some sectors one way, some the other.
+    Mixed,
+    /// No GEMM at all (no pair of blocks meets).
+    Empty,
 }
 
 impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Strategy::BlockPairs => f.write_str("GEMMs on strided block pairs"),
+        f.write_str(match self {
+            Strategy::SectorGemms => "one GEMM per coupled sector on coalesced sector matrices",
+            Strategy::BlockPairs => "GEMMs on strided block pairs",
+            Strategy::Mixed => "sector GEMMs where sectors line up, block pairs elsewhere",
+            Strategy::Empty => "no GEMM",
+        })
+    }
+}
+
+/// One GEMM on whole sector matrices: `C'[c] = A'[a] B'[b]` (sector indices).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SectorGemm {
+    pub(crate) a: usize,
+    pub(crate) b: usize,
+    pub(crate) c: usize,
+}
+
+/// Whether the product sector `c` is exactly `A'[sa] B'[sb]` for one pair of dense sectors,
+/// given the block pairs that write it: every pair's row, inner and column ranges line up
+/// with the sector matrices, the distinct ranges tile all three matrices, and every
+/// combination of them is a pair (so the one GEMM sums what the pairs would).
+fn sector_gemm<S: AbelianSector>(
+    am: &BlockStructure<S>,
+    bm: &BlockStructure<S>,
+    product: &BlockStructure<S>,
+    c: usize,
+    pairs_of: &[Vec<(usize, usize)>],
+) -> Option<SectorGemm> {
+    let cs = &product.sectors()[c];
+    let mut found: Option<(usize, usize)> = None;
+    let (mut rows, mut inner, mut cols) = (Vec::new(), Vec::new(), Vec::new());
+    let mut count = 0;
+    for ci in cs.blocks() {
+        let cb = product.block(ci)?;
+        for &(ai, bi) in &pairs_of[ci] {
+            let (ab, bb) = (am.block(ai)?, bm.block(bi)?);
+            let here = (ab.coupled(), bb.coupled());
+            if *found.get_or_insert(here) != here
+                || ab.rows() != cb.rows()
+                || bb.cols() != cb.cols()
+                || ab.cols() != bb.rows()
+            {
+                return None;
+            }
+            for (set, r) in [
+                (&mut rows, ab.rows()),
+                (&mut inner, ab.cols()),
+                (&mut cols, bb.cols()),
+            ] {
+                if !set.contains(&r) {
+                    set.push(r);
+                }
+            }
+            count += 1;
         }
     }
+    let (sa, sb) = found?;
+    let (xa, xb) = (&am.sectors()[sa], &bm.sectors()[sb]);
+    let tiles =
+        |set: &[std::ops::Range<usize>], n: usize| set.iter().map(|r| r.len()).sum::<usize>() == n;
+    let fits = xa.is_dense()
+        && xb.is_dense()
+        && cs.is_dense()
+        && count == rows.len() * inner.len() * cols.len()
+        && (xa.rows(), xa.cols(), xb.rows(), xb.cols())
+            == (cs.rows(), xb.rows(), xa.cols(), cs.cols())
+        && tiles(&rows, cs.rows())
+        && tiles(&inner, xa.cols())
+        && tiles(&cols, cs.cols());
+    fits.then_some(SectorGemm { a: sa, b: sb, c })
 }
 
 /// How an operand reaches its matrix form.
@@ -83,6 +157,8 @@ pub struct Plan<S: AbelianSector> {
     pub(crate) output: Arc<BlockStructure<S>>,
     pub(crate) output_permute: Option<(Vec<usize>, Arc<Permuted<S>>)>,
     pub(crate) groups: Vec<Group>,
+    /// Product sectors computed as one GEMM each.
+    pub(crate) sector_gemms: Vec<SectorGemm>,
     /// Product blocks no pair writes (zero, or only scaled by `beta`).
     pub(crate) idle: Vec<usize>,
     /// Codomain legs of `A'` and of `B'` (the row folds of their block matrices).
@@ -242,7 +318,23 @@ impl<S: AbelianSector> Plan<S> {
         let (mut group_flops, mut flops, mut gemms) = (0_u64, 0_u64, 0_usize);
         let mut local_a: HashMap<usize, usize> = HashMap::new();
         let mut local_b: HashMap<usize, usize> = HashMap::new();
+        let mut sector_gemms = Vec::new();
+        let mut in_sector_gemm = vec![false; product.num_blocks()];
+        for c in 0..product.sectors().len() {
+            if let Some(g) = sector_gemm(am, bm, &product, c, &pairs_of) {
+                let (xa, xb) = (&am.sectors()[g.a], &bm.sectors()[g.b]);
+                flops += flop_factor * (xa.rows() * xa.cols() * xb.cols()) as u64;
+                gemms += 1;
+                sector_gemms.push(g);
+                for ci in product.sectors()[c].blocks() {
+                    in_sector_gemm[ci] = true;
+                }
+            }
+        }
         for (ci, pairs) in pairs_of.iter().enumerate() {
+            if in_sector_gemm[ci] {
+                continue;
+            }
             if pairs.is_empty() {
                 idle.push(ci);
                 continue;
@@ -299,6 +391,7 @@ impl<S: AbelianSector> Plan<S> {
             output,
             output_permute,
             groups,
+            sector_gemms,
             idle,
             rows: [nfa, nk],
             gemms,
@@ -320,7 +413,12 @@ impl<S: AbelianSector> Plan<S> {
 
     /// How the GEMMs are laid out.
     pub fn strategy(&self) -> Strategy {
-        Strategy::BlockPairs
+        match (self.sector_gemms.is_empty(), self.groups.is_empty()) {
+            (false, true) => Strategy::SectorGemms,
+            (true, false) => Strategy::BlockPairs,
+            (false, false) => Strategy::Mixed,
+            (true, true) => Strategy::Empty,
+        }
     }
 
     /// How many GEMMs run.
@@ -328,9 +426,15 @@ impl<S: AbelianSector> Plan<S> {
         self.gemms
     }
 
-    /// How many tasks the GEMMs are grouped into.
+    /// How many tasks the GEMMs are grouped into (one per sector GEMM, one per group of
+    /// block pairs).
     pub fn tasks(&self) -> usize {
-        self.groups.len()
+        self.sector_gemms.len() + self.groups.len()
+    }
+
+    /// How many product sectors run as one GEMM on coalesced sector matrices.
+    pub fn sector_gemms(&self) -> usize {
+        self.sector_gemms.len()
     }
 
     /// The flops of the GEMMs (`2 m n k` each, `8 m n k` for complex elements).
@@ -396,11 +500,12 @@ impl<S: AbelianSector> fmt::Display for Plan<S> {
         }
         writeln!(
             f,
-            "  strategy: {}: {} GEMMs into {} output blocks in {} tasks",
+            "  strategy: {}: {} GEMMs ({} on sector matrices) into {} output blocks in {} tasks",
             self.strategy(),
             self.gemms,
+            self.sector_gemms.len(),
             self.product.num_blocks() - self.idle.len(),
-            self.groups.len()
+            self.tasks()
         )?;
         write!(
             f,

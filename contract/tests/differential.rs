@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use tessera_backends::{Field, Scalar};
-use tessera_blocks::testing::{Kind, random_leg};
+use tessera_blocks::testing::{Kind, random_leg, random_mask};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Leg};
 use tessera_contract::{Contraction, PlanCache, Spec};
 
@@ -157,8 +157,15 @@ fn random_case<S: Kind>(rng: &mut ChaCha8Rng) -> Case<S> {
     let fb = conserved_flux(&legs_b, rng);
     let na = rng.gen_range(0..=legs_a.len());
     let nb = rng.gen_range(0..=legs_b.len());
-    let a = BlockStructure::from_legs(legs_a, na, fa).unwrap();
-    let b = BlockStructure::from_legs(legs_b, nb, fb).unwrap();
+    let mut a = BlockStructure::from_legs(legs_a, na, fa).unwrap();
+    let mut b = BlockStructure::from_legs(legs_b, nb, fb).unwrap();
+    // Sometimes general block sparsity: a random subset of the allowed blocks.
+    if rng.gen_bool(0.3) {
+        a = a.with_present(&random_mask(rng, a.num_allowed())).unwrap();
+    }
+    if rng.gen_bool(0.3) {
+        b = b.with_present(&random_mask(rng, b.num_allowed())).unwrap();
+    }
     let mut out: Vec<char> = free_a.iter().chain(&free_b).copied().collect();
     if rng.gen_bool(0.5) {
         out.shuffle(rng);
@@ -251,6 +258,7 @@ fn assert_close<T: Scalar>(got: &[T], want: &[T], what: &dyn Fn() -> String) {
 fn differential<T: Field, S: Kind>(seed: u64, cases: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cache = Arc::new(PlanCache::new());
+    let (mut sector_plans, mut pair_plans) = (0, 0);
     for n in 0..cases {
         let case = random_case::<S>(&mut rng);
         let a = AsyncArray::<T, S>::random(Arc::clone(&case.a), rng.r#gen());
@@ -263,6 +271,8 @@ fn differential<T: Field, S: Kind>(seed: u64, cases: usize) {
             c = c.conj_b();
         }
         let plan = c.plan(&a, &b).unwrap();
+        sector_plans += usize::from(plan.sector_gemms() > 0);
+        pair_plans += usize::from(plan.tasks() > plan.sector_gemms());
         let what = || format!("{} case {n}: {plan}", std::any::type_name::<S>());
         let (da, db) = (a.to_dense().unwrap(), b.to_dense().unwrap());
         let alpha = T::from_c64(Complex64::new(
@@ -285,6 +295,12 @@ fn differential<T: Field, S: Kind>(seed: u64, cases: usize) {
     assert!(
         cache.hits() >= cases as u64,
         "every case plans once and hits twice"
+    );
+    // Both strategies were exercised.
+    assert!(
+        sector_plans > cases / 10 && pair_plans > cases / 30,
+        "{}: {sector_plans} plans with sector GEMMs, {pair_plans} with block pairs",
+        std::any::type_name::<S>()
     );
 }
 

@@ -111,7 +111,8 @@ fn a_repeated_contraction_hits_the_plan_cache() {
     assert!(!Arc::ptr_eq(&first, &other));
     assert_eq!((cache.hits(), cache.misses(), cache.len()), (2, 2, 2));
     // The plan is inspectable.
-    assert_eq!(first.strategy(), Strategy::BlockPairs);
+    assert_eq!(first.strategy(), Strategy::SectorGemms);
+    assert_eq!(first.sector_gemms(), 3);
     assert_eq!(first.gemms(), 3); // one per U1 sector
     assert_eq!(first.flops(), 2 * (8 + 27 + 1));
     assert_eq!(first.temporary_bytes(), 0);
