@@ -2,7 +2,8 @@
 //! submission from the descriptor tables alone and run as GEMM tasks through faer.
 //!
 //! Owns: contraction specs ([`Spec`]), plans ([`Plan`]) and their cache ([`PlanCache`]),
-//! and the submission of a plan ([`Contraction`]). Invariant: planning reads structures only,
+//! the submission of a plan ([`Contraction`]), and networks of several tensors contracted
+//! in an order chosen from block-sparse flop counts ([`Network`]). Invariant: planning reads structures only,
 //! and every check runs before the first task is enrolled, so an error writes nothing.
 //!
 //! # Semantics
@@ -21,11 +22,13 @@
 mod cache;
 mod error;
 mod execute;
+mod network;
 mod plan;
 mod spec;
 
 pub use cache::PlanCache;
 pub use error::Error;
 pub use execute::Contraction;
+pub use network::{MAX_EXHAUSTIVE, Network, Order};
 pub use plan::{Plan, Strategy};
 pub use spec::Spec;
