@@ -132,6 +132,17 @@ real_scalar!(f64, "f64");
 complex_scalar!(f32, "Complex32");
 complex_scalar!(f64, "Complex64");
 
+/// A [`Scalar`] that faer computes with: faer's [`ComplexField`] with the same real type.
+///
+/// Implemented for every scalar (`f32`, `f64`, `Complex32`, `Complex64`). Where both traits
+/// are in scope, name the real type as [`Real<T>`] (`T::Real` would be ambiguous).
+pub trait Field: Scalar + ComplexField<Real = <Self as Scalar>::Real> {}
+
+impl<T: Scalar + ComplexField<Real = <T as Scalar>::Real>> Field for T {}
+
+/// The real type of a scalar (`f32` for `f32` and `Complex32`, `f64` otherwise).
+pub type Real<T> = <T as Scalar>::Real;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,22 +166,6 @@ mod tests {
         const { assert!(<Complex<f64>>::IS_COMPLEX && !f64::IS_COMPLEX) };
         assert_eq!(Complex::new(1.0_f64, 2.0).conj(), Complex::new(1.0, -2.0));
     }
-}
-
-/// A [`Scalar`] that faer computes with: faer's [`ComplexField`] with the same real type.
-///
-/// Implemented for every scalar (`f32`, `f64`, `Complex32`, `Complex64`). Where both traits
-/// are in scope, name the real type as [`Real<T>`] (`T::Real` would be ambiguous).
-pub trait Field: Scalar + ComplexField<Real = <Self as Scalar>::Real> {}
-
-impl<T: Scalar + ComplexField<Real = <T as Scalar>::Real>> Field for T {}
-
-/// The real type of a scalar (`f32` for `f32` and `Complex32`, `f64` otherwise).
-pub type Real<T> = <T as Scalar>::Real;
-
-#[cfg(test)]
-mod field_tests {
-    use super::*;
 
     fn is_field<T: Field>() -> usize {
         std::mem::size_of::<Real<T>>()
