@@ -184,8 +184,15 @@ fn load_heff(chi: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
             })
             .collect();
         let flux = U1(op["flux"][0].as_i64().unwrap() as i32);
-        let n = legs.len();
-        let s = BlockStructure::from_legs(legs, n / 2, flux).unwrap();
+        // Stored in the layout a DMRG code keeps them in: split as their first contraction
+        // in the chain takes them (L and R with their virtual and MPO legs as rows, W with
+        // its MPO legs as rows, theta with its left virtual leg as rows).
+        let split = match name.as_str() {
+            "LP" | "RP" => 2,
+            "theta" => 1,
+            _ => legs.len() / 2,
+        };
+        let s = BlockStructure::from_legs(legs, split, flux).unwrap();
         let array = AsyncArray::random(s, seed as u64 + 1);
         tensors.push((name.clone(), Tensor { labels, array }));
     }

@@ -316,8 +316,9 @@ impl<S: AbelianSector> Plan<S> {
         let mut idle = Vec::new();
         let mut group = Group::default();
         let (mut group_flops, mut flops, mut gemms) = (0_u64, 0_u64, 0_usize);
-        let mut local_a: HashMap<usize, usize> = HashMap::new();
-        let mut local_b: HashMap<usize, usize> = HashMap::new();
+        // Block id -> index in the current group (usize::MAX: not in it); reset per group.
+        let mut local_a = vec![usize::MAX; am.num_blocks()];
+        let mut local_b = vec![usize::MAX; bm.num_blocks()];
         let mut sector_gemms = Vec::new();
         let mut in_sector_gemm = vec![false; product.num_blocks()];
         for c in 0..product.sectors().len() {
@@ -348,14 +349,15 @@ impl<S: AbelianSector> Plan<S> {
                 group_flops += f;
                 flops += f;
                 gemms += 1;
-                let la = *local_a.entry(ai).or_insert_with(|| {
+                if local_a[ai] == usize::MAX {
+                    local_a[ai] = group.a.len();
                     group.a.push(ai);
-                    group.a.len() - 1
-                });
-                let lb = *local_b.entry(bi).or_insert_with(|| {
+                }
+                if local_b[bi] == usize::MAX {
+                    local_b[bi] = group.b.len();
                     group.b.push(bi);
-                    group.b.len() - 1
-                });
+                }
+                let (la, lb) = (local_a[ai], local_b[bi]);
                 group.pairs.push((la, lb));
             }
             group.c.push(ci);
@@ -363,9 +365,9 @@ impl<S: AbelianSector> Plan<S> {
                 .products
                 .push((group.c.len() - 1, start..group.pairs.len()));
             if group_flops >= GROUP_FLOPS {
+                group.a.iter().for_each(|&i| local_a[i] = usize::MAX);
+                group.b.iter().for_each(|&i| local_b[i] = usize::MAX);
                 groups.push(std::mem::take(&mut group));
-                local_a.clear();
-                local_b.clear();
                 group_flops = 0;
             }
         }
