@@ -4,74 +4,25 @@
 
 use faer::{Mat, MatRef};
 use num_complex::Complex64;
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use tessera_backends::{Field, Real, Scalar};
+use tessera_blocks::testing::{self, Kind};
 use tessera_blocks::{
     AbelianSector, AsyncArray, BitVec, BlockStructure, Direction, FermionParity, Leg, Product,
     Trivial, U1, Zn,
 };
 use tessera_coalesce::{Coalesce, Error, Truncation, eigh, lq, qr, svd};
 
-/// A sector kind: labels to draw legs from; tiled kinds repeat their one label.
-trait Kind: AbelianSector {
-    const TILED: bool = false;
-    fn pool() -> Vec<Self>;
-}
-impl Kind for Trivial {
-    const TILED: bool = true;
-    fn pool() -> Vec<Self> {
-        vec![Trivial]
-    }
-}
-impl Kind for U1 {
-    fn pool() -> Vec<Self> {
-        (-2..=2).map(U1).collect()
-    }
-}
-impl Kind for Zn<3> {
-    fn pool() -> Vec<Self> {
-        (0..3).map(Zn::new).collect()
-    }
-}
-impl Kind for Product<U1, U1> {
-    fn pool() -> Vec<Self> {
-        (-1..=1)
-            .flat_map(|a| (-1..=1).map(move |b| Product(U1(a), U1(b))))
-            .collect()
-    }
-}
-impl Kind for Product<U1, FermionParity> {
-    fn pool() -> Vec<Self> {
-        (-1..=1)
-            .flat_map(|a| [false, true].map(|p| Product(U1(a), FermionParity::new(p))))
-            .collect()
-    }
-}
-
+/// A random leg with at least one segment (the shared generator, which rarely gives none).
 fn random_leg<S: Kind>(rng: &mut ChaCha8Rng) -> Leg<S> {
-    let dir = if rng.gen_bool(0.5) {
-        Direction::In
-    } else {
-        Direction::Out
-    };
-    let mut pool = S::pool();
-    if S::TILED {
-        let n = rng.gen_range(1..=4);
-        let segs: Vec<_> = (0..n)
-            .map(|_| (pool[0].clone(), rng.gen_range(1..=3)))
-            .collect();
-        return Leg::tiled(dir, segs).unwrap();
+    loop {
+        let leg = testing::random_leg::<S>(rng);
+        if leg.num_segments() > 0 {
+            return leg;
+        }
     }
-    pool.shuffle(rng);
-    let n = rng.gen_range(1..=pool.len().min(4));
-    Leg::new(
-        dir,
-        pool.into_iter().take(n).map(|s| (s, rng.gen_range(1..=3))),
-    )
-    .unwrap()
 }
 
 /// One to four legs split near the middle, with a flux some block conserves.
