@@ -144,7 +144,7 @@ impl Contraction {
             });
         }
         for (operand, x) in [("A", a), ("B", b)] {
-            if c.buffer().as_ptr() == x.buffer().as_ptr() {
+            if c.same_storage(x) {
                 return Err(Error::Aliased { operand });
             }
         }
