@@ -499,7 +499,7 @@ mod simd {
         let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
         for k in (0..rows).step_by(MICRO) {
             for j in (0..cols).step_by(MICRO) {
-                prefetch_next_band(src.wrapping_offset(j as isize).cast(), ld_src * 8, k, rows);
+                prefetch_next_band(src.wrapping_add(j).cast(), ld_src * 8, k, rows);
                 // SAFETY: rows k..k + 8 <= rows and columns j..j + 8 <= cols: inside the
                 // regions the caller vouches for. Unaligned loads and stores; AVX2 is
                 // enabled on this function.
@@ -514,6 +514,7 @@ mod simd {
                         row[1] = _mm256_loadu_pd(line.add(4));
                     }
                     // Destination line c holds column c: rows 0..4 then rows 4..8.
+                    #[allow(clippy::needless_range_loop)] // h and q index rows and columns
                     for h in 0..2 {
                         for q in 0..2 {
                             let (a, b, c, e) = (
@@ -562,12 +563,7 @@ mod simd {
         let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
         for k in (0..rows).step_by(MICRO) {
             for j in (0..cols).step_by(MICRO) {
-                prefetch_next_band(
-                    src.wrapping_offset(2 * j as isize).cast(),
-                    ld_src * 16,
-                    k,
-                    rows,
-                );
+                prefetch_next_band(src.wrapping_add(2 * j).cast(), ld_src * 16, k, rows);
                 // SAFETY: as in `transpose_b8`: the square lies inside the caller's regions.
                 unsafe {
                     let s = src.offset(2 * (k as isize * ld_src + j as isize));
@@ -610,7 +606,7 @@ mod simd {
         let (dst, src) = (dst.cast::<f32>(), src.cast::<f32>());
         for k in (0..rows).step_by(MICRO) {
             for j in (0..cols).step_by(MICRO) {
-                prefetch_next_band(src.wrapping_offset(j as isize).cast(), ld_src * 4, k, rows);
+                prefetch_next_band(src.wrapping_add(j).cast(), ld_src * 4, k, rows);
                 // SAFETY: as in `transpose_b8`: the square lies inside the caller's regions.
                 unsafe {
                     let s = src.offset(k as isize * ld_src + j as isize);
