@@ -362,7 +362,14 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                     let xp = x
                         .permute_axes(&perm)
                         .ok_or("the permutation matches the block's legs")?;
-                    cpu::copy_scaled(sign, &xp, conj, T::ZERO, &mut y).map_err(kernel_error)?;
+                    if !conj && sign == T::ONE {
+                        // A plain copy: core's `assign` has the vector transposes.
+                        y.assign(&xp)
+                            .then_some(())
+                            .ok_or("the permuted block has the target's dims")?;
+                    } else {
+                        cpu::copy_scaled(sign, &xp, conj, T::ZERO, &mut y).map_err(kernel_error)?;
+                    }
                 }
                 Ok(())
             })?;

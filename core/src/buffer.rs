@@ -421,6 +421,235 @@ unsafe fn micro_transpose<T: Copy, U: Copy>(
     }
 }
 
+/// A register transpose of the whole full-tile region of one 2-D transpose, for element
+/// types that are plain bits of 8 or 16 bytes: `dst[r + c * ld_dst] = src[c + r * ld_src]`
+/// for `r < rows`, `c < cols` (both multiples of [`MICRO`]), in elements of `T`.
+type TransposeKernel = unsafe fn(*mut u8, isize, *const u8, isize, usize, usize);
+
+/// The register transpose for `T`, when `T` is one of the plain-bits element types of a
+/// size with a vector kernel and the CPU has the instructions (detected once by std and
+/// cached). `None` elsewhere, and always under Miri, which runs the portable path.
+fn transpose_kernel<T: 'static>() -> Option<TransposeKernel> {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use num_complex::Complex;
+        use std::any::TypeId;
+        let t = TypeId::of::<T>();
+        let bits8 = [
+            TypeId::of::<f64>(),
+            TypeId::of::<u64>(),
+            TypeId::of::<i64>(),
+            TypeId::of::<Complex<f32>>(),
+        ];
+        let bits4 = [
+            TypeId::of::<f32>(),
+            TypeId::of::<u32>(),
+            TypeId::of::<i32>(),
+        ];
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return None;
+        }
+        if bits8.contains(&t) {
+            return Some(simd::transpose_b8);
+        }
+        if t == TypeId::of::<Complex<f64>>() {
+            return Some(simd::transpose_b16);
+        }
+        if bits4.contains(&t) {
+            return Some(simd::transpose_b4);
+        }
+        None
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    None
+}
+
+/// AVX2 register transposes of 8 x 8 squares of 4-, 8- and 16-byte elements.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod simd {
+    use super::MICRO;
+    use std::arch::x86_64::*;
+
+    /// Prefetches the source lines of the next band (the same columns, `MICRO` rows on):
+    /// a strided band start gives the hardware prefetcher no hint.
+    #[inline(always)]
+    fn prefetch_next_band(src: *const u8, ld_src_bytes: isize, k: usize, rows: usize) {
+        for r in (k + MICRO)..(k + 2 * MICRO).min(rows) {
+            super::prefetch(src.wrapping_offset(r as isize * ld_src_bytes));
+        }
+    }
+
+    /// 8-byte elements: each row of a square is two 4-lane vectors; four 4 x 4 transposes.
+    ///
+    /// # Safety
+    ///
+    /// The CPU supports AVX2; every element `src[c + r * ld_src]` and
+    /// `dst[r + c * ld_dst]` for `r < rows`, `c < cols` lies inside an allocation the caller
+    /// may read (`src`) or write exclusively (`dst`), and the two regions do not overlap.
+    /// Offsets are in 8-byte elements; `rows` and `cols` are multiples of `MICRO`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn transpose_b8(
+        dst: *mut u8,
+        ld_dst: isize,
+        src: *const u8,
+        ld_src: isize,
+        rows: usize,
+        cols: usize,
+    ) {
+        let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
+        for k in (0..rows).step_by(MICRO) {
+            for j in (0..cols).step_by(MICRO) {
+                prefetch_next_band(src.wrapping_add(j).cast(), ld_src * 8, k, rows);
+                // SAFETY: rows k..k + 8 <= rows and columns j..j + 8 <= cols: inside the
+                // regions the caller vouches for. Unaligned loads and stores; AVX2 is
+                // enabled on this function.
+                unsafe {
+                    let s = src.offset(k as isize * ld_src + j as isize);
+                    let d = dst.offset(k as isize + j as isize * ld_dst);
+                    // rows[r][h]: row r, columns 4h..4h + 4.
+                    let mut m = [[_mm256_setzero_pd(); 2]; 8];
+                    for (r, row) in m.iter_mut().enumerate() {
+                        let line = s.offset(r as isize * ld_src);
+                        row[0] = _mm256_loadu_pd(line);
+                        row[1] = _mm256_loadu_pd(line.add(4));
+                    }
+                    // Destination line c holds column c: rows 0..4 then rows 4..8.
+                    #[allow(clippy::needless_range_loop)] // h and q index rows and columns
+                    for h in 0..2 {
+                        for q in 0..2 {
+                            let (a, b, c, e) = (
+                                m[4 * q][h],
+                                m[4 * q + 1][h],
+                                m[4 * q + 2][h],
+                                m[4 * q + 3][h],
+                            );
+                            let t0 = _mm256_unpacklo_pd(a, b);
+                            let t1 = _mm256_unpackhi_pd(a, b);
+                            let t2 = _mm256_unpacklo_pd(c, e);
+                            let t3 = _mm256_unpackhi_pd(c, e);
+                            let cols4 = [
+                                _mm256_permute2f128_pd::<0x20>(t0, t2),
+                                _mm256_permute2f128_pd::<0x20>(t1, t3),
+                                _mm256_permute2f128_pd::<0x31>(t0, t2),
+                                _mm256_permute2f128_pd::<0x31>(t1, t3),
+                            ];
+                            for (i, v) in cols4.into_iter().enumerate() {
+                                let line = d.offset((4 * h + i) as isize * ld_dst);
+                                _mm256_storeu_pd(line.add(4 * q), v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// 16-byte elements: each row of a square is four 2-lane vectors; 2 x 2 transposes of
+    /// 128-bit halves.
+    ///
+    /// # Safety
+    ///
+    /// As [`transpose_b8`], with offsets in 16-byte elements.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn transpose_b16(
+        dst: *mut u8,
+        ld_dst: isize,
+        src: *const u8,
+        ld_src: isize,
+        rows: usize,
+        cols: usize,
+    ) {
+        // Two f64 lanes per element: offsets double.
+        let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
+        for k in (0..rows).step_by(MICRO) {
+            for j in (0..cols).step_by(MICRO) {
+                prefetch_next_band(src.wrapping_add(2 * j).cast(), ld_src * 16, k, rows);
+                // SAFETY: as in `transpose_b8`: the square lies inside the caller's regions.
+                unsafe {
+                    let s = src.offset(2 * (k as isize * ld_src + j as isize));
+                    let d = dst.offset(2 * (k as isize + j as isize * ld_dst));
+                    for p in 0..MICRO / 2 {
+                        // Rows 2p, 2p + 1; element pairs (2h, 2h + 1) per vector.
+                        let r0 = s.offset(2 * (2 * p as isize) * ld_src);
+                        let r1 = s.offset(2 * (2 * p as isize + 1) * ld_src);
+                        for h in 0..MICRO / 2 {
+                            let a = _mm256_loadu_pd(r0.add(4 * h));
+                            let b = _mm256_loadu_pd(r1.add(4 * h));
+                            let c0 = _mm256_permute2f128_pd::<0x20>(a, b);
+                            let c1 = _mm256_permute2f128_pd::<0x31>(a, b);
+                            let l0 = d.offset(2 * (2 * h as isize) * ld_dst);
+                            let l1 = d.offset(2 * (2 * h as isize + 1) * ld_dst);
+                            _mm256_storeu_pd(l0.add(4 * p), c0);
+                            _mm256_storeu_pd(l1.add(4 * p), c1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// 4-byte elements: each row of a square is one 8-lane vector; an 8 x 8 transpose in
+    /// registers.
+    ///
+    /// # Safety
+    ///
+    /// As [`transpose_b8`], with offsets in 4-byte elements.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn transpose_b4(
+        dst: *mut u8,
+        ld_dst: isize,
+        src: *const u8,
+        ld_src: isize,
+        rows: usize,
+        cols: usize,
+    ) {
+        let (dst, src) = (dst.cast::<f32>(), src.cast::<f32>());
+        for k in (0..rows).step_by(MICRO) {
+            for j in (0..cols).step_by(MICRO) {
+                prefetch_next_band(src.wrapping_add(j).cast(), ld_src * 4, k, rows);
+                // SAFETY: as in `transpose_b8`: the square lies inside the caller's regions.
+                unsafe {
+                    let s = src.offset(k as isize * ld_src + j as isize);
+                    let d = dst.offset(k as isize + j as isize * ld_dst);
+                    let mut r = [_mm256_setzero_ps(); 8];
+                    for (i, v) in r.iter_mut().enumerate() {
+                        *v = _mm256_loadu_ps(s.offset(i as isize * ld_src));
+                    }
+                    // Pairs, then quads within 128-bit lanes, then across lanes.
+                    let t = [
+                        _mm256_unpacklo_ps(r[0], r[1]),
+                        _mm256_unpackhi_ps(r[0], r[1]),
+                        _mm256_unpacklo_ps(r[2], r[3]),
+                        _mm256_unpackhi_ps(r[2], r[3]),
+                        _mm256_unpacklo_ps(r[4], r[5]),
+                        _mm256_unpackhi_ps(r[4], r[5]),
+                        _mm256_unpacklo_ps(r[6], r[7]),
+                        _mm256_unpackhi_ps(r[6], r[7]),
+                    ];
+                    let u = [
+                        _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+                        _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+                        _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+                        _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+                        _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+                        _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+                        _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+                        _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+                    ];
+                    // u[i] (i < 4) holds column i of rows 0..4 in its low lane and column
+                    // i + 4 in its high lane; u[i + 4] the same for rows 4..8.
+                    for i in 0..4 {
+                        let lo = _mm256_permute2f128_ps::<0x20>(u[i], u[i + 4]);
+                        let hi = _mm256_permute2f128_ps::<0x31>(u[i], u[i + 4]);
+                        _mm256_storeu_ps(d.offset(i as isize * ld_dst), lo);
+                        _mm256_storeu_ps(d.offset((i + 4) as isize * ld_dst), hi);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Merges each pair of adjacent axes that is laid out in order on both sides (stride of the
 /// next axis = stride times extent of this one, in both views): the same elements, fewer and
 /// longer axes. Length-1 axes are dropped.
@@ -615,6 +844,30 @@ impl<T: Copy> StridedMut<'_, T> {
     /// square tiles over those two axes so both sides stream through cache. Returns `false`
     /// (and writes nothing) when the dims differ.
     pub fn assign_map<U: Copy>(&mut self, src: &StridedRef<'_, U>, f: impl Fn(U) -> T) -> bool {
+        self.assign_with(src, f, None)
+    }
+
+    /// Sets every element to the source's (a plain copy, for a source of the same dims with
+    /// any strides): [`assign_map`](Self::assign_map) with the identity, except that a plain
+    /// 2-D transpose of `f32`, `f64`, `Complex<f32>`, `Complex<f64>` or 4- and 8-byte
+    /// integers moves its full 8 x 8 squares through vector registers where the CPU allows
+    /// (AVX2 on x86-64, detected at run time); the result is the same bits either way.
+    /// Returns `false` (and writes nothing) when the dims differ.
+    pub fn assign(&mut self, src: &StridedRef<'_, T>) -> bool
+    where
+        T: 'static,
+    {
+        self.assign_with(src, |x| x, transpose_kernel::<T>())
+    }
+
+    /// [`assign_map`](Self::assign_map), with `kernel` (when given) doing the full squares of
+    /// a plain transpose; it must then compute what `f` would (the identity, in practice).
+    fn assign_with<U: Copy>(
+        &mut self,
+        src: &StridedRef<'_, U>,
+        f: impl Fn(U) -> T,
+        kernel: Option<TransposeKernel>,
+    ) -> bool {
         if self.dims != src.dims {
             return false;
         }
@@ -682,6 +935,17 @@ impl<T: Copy> StridedMut<'_, T> {
                 // is read as MICRO sequential streams (which the hardware prefetches) and the
                 // destination written in whole lines, one register-sized square at a time.
                 let (n0m, nfm) = (n0 - n0 % MICRO, nf - nf % MICRO);
+                if let Some(kernel) = kernel.filter(|_| n0m > 0 && nfm > 0) {
+                    // SAFETY: the squares span i0 < n0m <= n0 and f < nfm <= nf at an
+                    // in-range outer index: inside both checked extents, with d0 = sf = 1
+                    // and the leading dimensions df, s0 in elements; the grants are
+                    // exclusive / shared and distinct. `kernel` was chosen for `T` (= `U`)
+                    // and this CPU by `transpose_kernel`.
+                    unsafe { kernel(pd.offset(bd).cast(), df, ps.offset(bs).cast(), s0, n0m, nfm) };
+                    scalar(bd, bs, 0..n0, nfm..nf);
+                    scalar(bd, bs, n0m..n0, 0..nfm);
+                    return;
+                }
                 for k in (0..n0m).step_by(MICRO) {
                     for jf in (0..nfm).step_by(MICRO) {
                         // The same lines of the next band: a strided band start gives the
@@ -780,6 +1044,130 @@ mod tests {
             permuted_assign_case([16, 3, 24, 2]);
             permuted_assign_case([8, 8, 8, 8]);
         }
+    }
+
+    /// `dst.assign(src permuted by perm)`, element by element against `get`, for a source
+    /// of `dims` laid out with strides `sign * dense(dims)` (so negative strides when
+    /// `sign < 0`), and a destination padded to leading dimension `dims[perm[0]] + pad`.
+    fn assign_case<T: Zeroable + PartialEq + std::fmt::Debug>(
+        dims: &[usize],
+        perm: &[usize],
+        sign: isize,
+        pad: usize,
+        value: impl Fn(usize) -> T,
+    ) {
+        let n: usize = dims.iter().product();
+        let dense = |d: &[usize], lead: usize| -> Vec<isize> {
+            let mut acc = 1;
+            d.iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    let s = acc;
+                    acc *= (if i == 0 { x + lead } else { x }) as isize;
+                    s
+                })
+                .collect()
+        };
+        let src_buf = SharedBuffer::<T>::zeroed(n);
+        let strides: Vec<isize> = dense(dims, 0).iter().map(|&s| s * sign).collect();
+        let base = if sign < 0 { n - 1 } else { 0 };
+        assert!(src_buf.check_extent(base, dims, &strides));
+        // SAFETY: the extent was checked; this test is the buffer's sole user.
+        let mut src = unsafe { src_buf.view_mut(base, dims, &strides) };
+        src.update(|k, _| value(k));
+        let pdims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+        let dst_strides = dense(&pdims, pad);
+        let dst_len = (pdims[0] + pad) * pdims[1..].iter().product::<usize>();
+        let dst_buf = SharedBuffer::<T>::zeroed(dst_len);
+        assert!(dst_buf.check_extent(0, &pdims, &dst_strides));
+        // SAFETY: as above.
+        let mut dst = unsafe { dst_buf.view_mut(0, &pdims, &dst_strides) };
+        let view = src.as_ref();
+        let permuted = view.permute_axes(perm).unwrap();
+        assert!(dst.assign(&permuted));
+        let mut checked = 0;
+        for_each_offset(&pdims, &dense(&pdims, 0), |k, _| {
+            let mut rem = k;
+            let idx: Vec<usize> = pdims
+                .iter()
+                .map(|&d| {
+                    let i = rem % d;
+                    rem /= d;
+                    i
+                })
+                .collect();
+            assert_eq!(
+                dst.get(&idx),
+                permuted.get(&idx),
+                "dims {dims:?} perm {perm:?} sign {sign} pad {pad} at {idx:?}"
+            );
+            checked += 1;
+        });
+        assert_eq!(checked, n);
+    }
+
+    /// Every element size with a vector kernel, through full squares and odd tails, dense and
+    /// padded destinations, and negative source strides (the general-strides fallback).
+    #[test]
+    fn assign_equals_the_elementwise_definition_for_every_element_type() {
+        use num_complex::Complex;
+        let shapes: &[&[usize]] = if cfg!(miri) {
+            &[&[8, 8], &[9, 11], &[2, 8, 3]]
+        } else {
+            &[
+                &[8, 8],
+                &[16, 24],
+                &[9, 11],
+                &[17, 40],
+                &[64, 64],
+                &[4, 4, 8, 8],
+                &[3, 8, 5, 9],
+            ]
+        };
+        for &dims in shapes {
+            let perms: Vec<Vec<usize>> = if dims.len() == 2 {
+                vec![vec![1, 0], vec![0, 1]]
+            } else if dims.len() == 3 {
+                vec![vec![2, 1, 0], vec![1, 2, 0]]
+            } else {
+                vec![vec![2, 3, 0, 1], vec![1, 3, 0, 2], vec![3, 2, 1, 0]]
+            };
+            for perm in &perms {
+                for sign in [1, -1] {
+                    for pad in [0, 3] {
+                        assign_case(dims, perm, sign, pad, |k| k as f32 * 0.5 - 7.0);
+                        assign_case(dims, perm, sign, pad, |k| k as u32 ^ 0xdead_0000);
+                        assign_case(dims, perm, sign, pad, |k| -(k as i32));
+                        assign_case(dims, perm, sign, pad, |k| k as f64 * 0.25 + 1.0);
+                        assign_case(dims, perm, sign, pad, |k| (k as u64) << 33 | k as u64);
+                        assign_case(dims, perm, sign, pad, |k| -(k as i64) * 5);
+                        assign_case(dims, perm, sign, pad, |k| {
+                            Complex::new(k as f32, -(k as f32) - 0.5)
+                        });
+                        assign_case(dims, perm, sign, pad, |k| {
+                            Complex::new(k as f64 + 0.125, -(k as f64))
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where the CPU has AVX2, the plain-bits types get a vector kernel (so the test above
+    /// ran through it); under Miri, or without AVX2, none do.
+    #[test]
+    fn vector_kernels_are_chosen_for_plain_bits_types_only() {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        let avx2 = std::arch::is_x86_feature_detected!("avx2");
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        let avx2 = false;
+        use num_complex::Complex;
+        assert_eq!(transpose_kernel::<f32>().is_some(), avx2);
+        assert_eq!(transpose_kernel::<f64>().is_some(), avx2);
+        assert_eq!(transpose_kernel::<Complex<f32>>().is_some(), avx2);
+        assert_eq!(transpose_kernel::<Complex<f64>>().is_some(), avx2);
+        assert!(transpose_kernel::<(u32, u8)>().is_none());
+        assert!(transpose_kernel::<u8>().is_none());
     }
 
     fn permuted_assign_case(dims: [usize; 4]) {
