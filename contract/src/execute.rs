@@ -228,16 +228,23 @@ fn submit<T: Field, S: AbelianSector>(
             Ok(())
         })?;
     }
-    for g in &plan.sector_gemms {
-        let (xa, xb) = (am.sector(g.a)?.read(), bm.sector(g.b)?.read());
-        let xc = target.sector(g.c)?;
-        let xc = if overwrite {
-            xc.overwrite()
-        } else {
-            xc.write()
-        };
-        schedule((xa, xb, xc), move |(lhs, rhs, out)| {
-            gemm(out, first_beta, lhs, conj_a, rhs, conj_b, alpha)?;
+    for run in &plan.sector_groups {
+        let gemms = &plan.sector_gemms[run.clone()];
+        let mut reads = Vec::with_capacity(gemms.len());
+        let mut writes = Vec::with_capacity(gemms.len());
+        for x in gemms {
+            reads.push((am.sector(x.a)?.read(), bm.sector(x.b)?.read()));
+            let out = target.sector(x.c)?;
+            writes.push(if overwrite {
+                out.overwrite()
+            } else {
+                out.write()
+            });
+        }
+        schedule((reads, writes), move |(ins, outs)| {
+            for ((lhs, rhs), out) in ins.into_iter().zip(outs) {
+                gemm(out, first_beta, lhs, conj_a, rhs, conj_b, alpha)?;
+            }
             Ok(())
         })?;
     }

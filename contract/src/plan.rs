@@ -157,8 +157,11 @@ pub struct Plan<S: AbelianSector> {
     pub(crate) output: Arc<BlockStructure<S>>,
     pub(crate) output_permute: Option<(Vec<usize>, Arc<Permuted<S>>)>,
     pub(crate) groups: Vec<Group>,
-    /// Product sectors computed as one GEMM each.
+    /// Product sectors computed as one GEMM each, in order.
     pub(crate) sector_gemms: Vec<SectorGemm>,
+    /// Consecutive runs of `sector_gemms` that one task runs (small GEMMs batched to at
+    /// least [`GROUP_FLOPS`]).
+    pub(crate) sector_groups: Vec<std::ops::Range<usize>>,
     /// Product blocks no pair writes (zero, or only scaled by `beta`).
     pub(crate) idle: Vec<usize>,
     /// Codomain legs of `A'` and of `B'` (the row folds of their block matrices).
@@ -320,18 +323,33 @@ impl<S: AbelianSector> Plan<S> {
         let mut local_a = vec![usize::MAX; am.num_blocks()];
         let mut local_b = vec![usize::MAX; bm.num_blocks()];
         let mut sector_gemms = Vec::new();
+        let mut sector_groups = Vec::new();
         let mut in_sector_gemm = vec![false; product.num_blocks()];
         for c in 0..product.sectors().len() {
             if let Some(g) = sector_gemm(am, bm, &product, c, &pairs_of) {
                 let (xa, xb) = (&am.sectors()[g.a], &bm.sectors()[g.b]);
-                flops += flop_factor * (xa.rows() * xa.cols() * xb.cols()) as u64;
+                let f = flop_factor * (xa.rows() * xa.cols() * xb.cols()) as u64;
+                flops += f;
+                group_flops += f;
                 gemms += 1;
                 sector_gemms.push(g);
+                let start = sector_groups
+                    .last()
+                    .map_or(0, |r: &std::ops::Range<usize>| r.end);
+                if group_flops >= GROUP_FLOPS {
+                    sector_groups.push(start..sector_gemms.len());
+                    group_flops = 0;
+                }
                 for ci in product.sectors()[c].blocks() {
                     in_sector_gemm[ci] = true;
                 }
             }
         }
+        let done = sector_groups.last().map_or(0, |r| r.end);
+        if done < sector_gemms.len() {
+            sector_groups.push(done..sector_gemms.len());
+        }
+        group_flops = 0;
         for (ci, pairs) in pairs_of.iter().enumerate() {
             if in_sector_gemm[ci] {
                 continue;
@@ -394,6 +412,7 @@ impl<S: AbelianSector> Plan<S> {
             output_permute,
             groups,
             sector_gemms,
+            sector_groups,
             idle,
             rows: [nfa, nk],
             gemms,
@@ -428,10 +447,9 @@ impl<S: AbelianSector> Plan<S> {
         self.gemms
     }
 
-    /// How many tasks the GEMMs are grouped into (one per sector GEMM, one per group of
-    /// block pairs).
+    /// How many tasks the GEMMs are grouped into (small GEMMs share a task).
     pub fn tasks(&self) -> usize {
-        self.sector_gemms.len() + self.groups.len()
+        self.sector_groups.len() + self.groups.len()
     }
 
     /// How many product sectors run as one GEMM on coalesced sector matrices.

@@ -272,7 +272,7 @@ fn differential<T: Field, S: Kind>(seed: u64, cases: usize) {
         }
         let plan = c.plan(&a, &b).unwrap();
         sector_plans += usize::from(plan.sector_gemms() > 0);
-        pair_plans += usize::from(plan.tasks() > plan.sector_gemms());
+        pair_plans += usize::from(plan.gemms() > plan.sector_gemms());
         let what = || format!("{} case {n}: {plan}", std::any::type_name::<S>());
         let (da, db) = (a.to_dense().unwrap(), b.to_dense().unwrap());
         let alpha = T::from_c64(Complex64::new(
