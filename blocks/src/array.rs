@@ -369,6 +369,25 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         HazardSet::composite(self.records.iter().cloned())
     }
 
+    /// The composite hazard set of the given blocks (the records a view over exactly those
+    /// blocks must enroll on), without making a handle per block.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownBlock`] for an id that is not a block.
+    pub fn hazards_of(&self, ids: impl IntoIterator<Item = usize>) -> Result<HazardSet, Error> {
+        let records = ids
+            .into_iter()
+            .map(|id| {
+                self.records.get(id).cloned().ok_or(Error::UnknownBlock {
+                    block: id,
+                    blocks: self.num_blocks(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(HazardSet::composite(records))
+    }
+
     /// Whether two arrays share storage (the same allocation and records).
     pub fn same_storage(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.buffer, &other.buffer)

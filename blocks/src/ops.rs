@@ -776,6 +776,23 @@ mod tests {
             "a handle shares the block's record"
         );
         assert_eq!(x.hazards().records().len(), 3);
+        // A composite of chosen blocks holds exactly their records.
+        let of: Vec<_> = x
+            .hazards_of([2, 0])
+            .unwrap()
+            .records()
+            .iter()
+            .map(|r| r.id())
+            .collect();
+        assert_eq!(of.len(), 2);
+        assert!(of.contains(&ids[0]) && of.contains(&ids[2]));
+        assert!(matches!(
+            x.hazards_of([1, 3]),
+            Err(Error::UnknownBlock {
+                block: 3,
+                blocks: 3
+            })
+        ));
     }
 
     #[test]

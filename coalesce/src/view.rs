@@ -145,10 +145,5 @@ pub(crate) fn composite<T: Scalar, S: AbelianSector>(
     array: &AsyncArray<T, S>,
     ids: impl IntoIterator<Item = usize>,
 ) -> Result<HazardSet, Error> {
-    let mut records = Vec::new();
-    for id in ids {
-        let block = array.block(id)?;
-        records.extend(block.hazards().records().iter().cloned());
-    }
-    Ok(HazardSet::composite(records))
+    Ok(array.hazards_of(ids)?)
 }
