@@ -140,6 +140,14 @@ fn planning(c: &mut Criterion) {
             black_box(plan)
         })
     });
+    // The part of planning that builds the output's descriptor table.
+    let legs = vec![
+        a.structure().legs()[0].clone(),
+        b.structure().legs()[1].clone(),
+    ];
+    group.bench_function("output_structure_10000_blocks", |bch| {
+        bch.iter(|| black_box(BlockStructure::from_legs(legs.clone(), 1, U1(0)).unwrap()))
+    });
     let cached = Contraction::from_spec(spec).with_cache(Arc::new(PlanCache::new()));
     cached.plan(&a, &b).unwrap();
     group.bench_function("cached_plan_10000_pairs", |bch| {

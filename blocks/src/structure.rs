@@ -43,6 +43,14 @@
 //! So offsets are computed over present blocks only, the regions of the sectors tile
 //! `0..total_len()` exactly, and the elements of the present blocks tile it exactly.
 //!
+//! # Lookup
+//!
+//! [`block_id`](BlockStructure::block_id) is arithmetic, not a hash map: each side's tuple
+//! is numbered mixed-radix, a table per side gives its group (fused sector) and position,
+//! the row group's pairing gives the allowed index, and a rank over the presence mask gives
+//! the block id. So a lookup is a few loads whatever the block count, and building the
+//! table is one pass (a hash map cost more than half of planning a 10,000-block product).
+//!
 //! Invariants kept by every constructor: the descriptor table is consistent with the legs,
 //! split, flux and mask it was built from; it never changes afterwards (share it as
 //! `Arc<BlockStructure<S>>`); and [`fingerprint`](BlockStructure::fingerprint) is a stable
@@ -51,14 +59,12 @@
 //! Built for abelian sectors; a non-abelian structure keys blocks by fusion-tree pairs
 //! instead of segment tuples (see the `sector` module).
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::hash::BuildHasher;
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use bitvec::field::BitField;
 use bitvec::prelude::{BitSlice, BitVec};
-use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::error::Error;
 use crate::leg::Leg;
@@ -145,10 +151,19 @@ pub struct BlockStructure<S: AbelianSector> {
     strides: Vec<usize>,
     entries: Vec<Entry>,
     sectors: Vec<CoupledSector<S>>,
-    index: HashTable<usize>,
-    hasher: DefaultHashBuilder,
+    /// The block index, by arithmetic instead of hashing: per side, where each segment tuple
+    /// (numbered mixed-radix, first leg fastest) sits (its group and its position there).
+    row_slot: Vec<(u32, u32)>,
+    col_slot: Vec<(u32, u32)>,
+    /// Per row group: the column group that completes it to the flux (`u32::MAX`: none),
+    /// the row group's length, and the allowed index of its first block (a pair's blocks
+    /// are numbered column-major: `start + column position * row length + row position`).
+    pairing: Vec<(u32, u32, usize)>,
+    /// Present blocks before each 64-bit word of the presence mask (block id = rank).
+    rank: Vec<usize>,
     total_len: usize,
-    fingerprint: u64,
+    /// Computed on first use: many structures (products, temporaries) are never keyed.
+    fingerprint: OnceLock<u64>,
 }
 
 /// One present block: a view into its [`BlockStructure`].
@@ -304,20 +319,72 @@ enum Presence<'a> {
 }
 
 /// The tuples of one side (codomain or domain), grouped by the fusion of their effective
-/// sectors, each group in enumeration order (first leg fastest).
+/// sectors: groups in increasing sector order, each group's tuples in enumeration order
+/// (first leg fastest).
 struct Side<S> {
     k: usize,
     flat: Vec<usize>,
-    groups: BTreeMap<S, Group>,
+    /// `(tuple index, product of the segment dimensions)`, group after group.
+    tuples: Vec<(usize, usize)>,
+    /// Each group's fused sector and its range of `tuples`, in increasing sector order.
+    groups: Vec<(S, Range<usize>)>,
 }
 
 /// The tuples of one group: `(tuple index, product of the segment dimensions)`.
-type Group = Vec<(usize, usize)>;
+type Group = [(usize, usize)];
 
-impl<S> Side<S> {
+impl<S: Ord> Side<S> {
     fn tuple(&self, t: usize) -> &[usize] {
         &self.flat[t * self.k..(t + 1) * self.k]
     }
+
+    fn group(&self, i: usize) -> &Group {
+        &self.tuples[self.groups[i].1.clone()]
+    }
+
+    /// The group of sector `c`, looked for first next to group `near` (fusing a run of
+    /// increasing sectors with the flux often gives neighbouring groups), then by bisection.
+    fn find(&self, c: &S, near: usize) -> Option<usize> {
+        let lo = near.saturating_sub(1);
+        let hi = (near + 2).min(self.groups.len());
+        (lo..hi)
+            .find(|&j| self.groups[j].0 == *c)
+            .or_else(|| self.groups.binary_search_by(|(g, _)| g.cmp(c)).ok())
+    }
+}
+
+impl<S> Side<S> {
+    /// Per tuple (in enumeration order): its group and its position in the group.
+    fn slots(&self) -> Result<Vec<(u32, u32)>, Error> {
+        let count = self.tuples.len();
+        if u32::try_from(count).is_err() {
+            return Err(Error::Overflow {
+                what: "segment tuples of one side (at most 2^32)",
+            });
+        }
+        let mut slot = vec![(0, 0); count];
+        for (g, (_, range)) in self.groups.iter().enumerate() {
+            for (pos, &(t, _)) in self.tuples[range.clone()].iter().enumerate() {
+                slot[t] = (g as u32, pos as u32);
+            }
+        }
+        Ok(slot)
+    }
+}
+
+/// The enumeration number of a tuple of segments of `legs` (mixed radix, first leg fastest),
+/// or `None` when a segment is out of range.
+fn tuple_index<S: Sector>(legs: &[Leg<S>], segments: &[usize]) -> Option<usize> {
+    let (mut t, mut radix) = (0usize, 1usize);
+    for (leg, &seg) in legs.iter().zip(segments) {
+        let n = leg.num_segments();
+        if seg >= n {
+            return None;
+        }
+        t += seg * radix;
+        radix *= n;
+    }
+    Some(t)
 }
 
 fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
@@ -325,7 +392,8 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
     let mut side = Side {
         k,
         flat: Vec::new(),
-        groups: BTreeMap::new(),
+        tuples: Vec::new(),
+        groups: Vec::new(),
     };
     if legs.iter().any(|l| l.num_segments() == 0) {
         return Ok(side);
@@ -339,6 +407,14 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
                 .collect()
         })
         .collect();
+    let count = legs
+        .iter()
+        .try_fold(1usize, |n, l| n.checked_mul(l.num_segments()))
+        .ok_or(Error::Overflow {
+            what: "number of segment tuples",
+        })?;
+    side.flat.reserve_exact(count * k);
+    let mut keyed: Vec<(S, usize, usize)> = Vec::with_capacity(count);
     let mut idx = vec![0usize; k];
     let mut t = 0usize;
     loop {
@@ -348,18 +424,21 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
             fused = fused.fuse_abelian(&eff[l][i]);
             dim = dim
                 .checked_mul(legs[l].segments()[i].dim)
-                .ok_or(Error::Overflow {
+                .ok_or_else(|| Error::Overflow {
                     what: "block row or column count",
                 })?;
         }
-        side.flat.extend_from_slice(&idx);
-        side.groups.entry(fused).or_default().push((t, dim));
+        // Element by element: a call to copy a slice of a few words costs more.
+        for &i in &idx {
+            side.flat.push(i);
+        }
+        keyed.push((fused, t, dim));
         t += 1;
         // Odometer, first leg fastest.
         let mut l = 0;
         loop {
             if l == k {
-                return Ok(side);
+                break;
             }
             idx[l] += 1;
             if idx[l] < legs[l].num_segments() {
@@ -368,11 +447,32 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
             idx[l] = 0;
             l += 1;
         }
+        if l == k {
+            break;
+        }
     }
+    // Stable, so each group keeps enumeration order; runs (a sorted or reversed leg) are
+    // detected, so one leg costs a linear pass.
+    keyed.sort_by(|x, y| x.0.cmp(&y.0));
+    side.tuples.reserve_exact(keyed.len());
+    side.groups
+        .reserve_exact(1 + keyed.windows(2).filter(|w| w[0].0 != w[1].0).count());
+    for (fused, t, dim) in keyed {
+        match side.groups.last_mut() {
+            Some((last, range)) if *last == fused => range.end += 1,
+            _ => {
+                let at = side.tuples.len();
+                side.groups.push((fused, at..at + 1));
+            }
+        }
+        side.tuples.push((t, dim));
+    }
+    Ok(side)
 }
 
-/// FNV-1a over the little-endian bytes of 64-bit words: stable across platforms, processes
-/// and versions.
+/// A word-at-a-time hash: stable across platforms, processes and versions. Each word's
+/// update is a bijection of the state (xor, multiply by an odd constant, xor-shift), so no
+/// word's history is lost; [`finish`](StableHasher::finish) mixes the state once more.
 struct StableHasher(u64);
 
 impl StableHasher {
@@ -380,10 +480,14 @@ impl StableHasher {
         StableHasher(0xcbf2_9ce4_8422_2325)
     }
     fn word(&mut self, w: u64) {
-        for b in w.to_le_bytes() {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        let h = (self.0 ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 29);
+    }
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
     fn sector<S: Sector>(&mut self, s: &S, buf: &mut Vec<u32>) {
         buf.clear();
@@ -584,22 +688,22 @@ impl<S: AbelianSector> BlockStructure<S> {
         let rows = enumerate_side(&legs[..n_codomain])?;
         let cols = enumerate_side(&legs[n_codomain..])?;
         // The column group completing each row group to the flux.
-        let pairs: Vec<(&S, &Group, &Group)> = rows
-            .groups
-            .iter()
-            .filter_map(|(c, rg)| {
-                cols.groups
-                    .get(&c.dual().fuse_abelian(&flux))
-                    .map(|cg| (c, rg, cg))
-            })
-            .collect();
+        let mut pairs: Vec<(usize, usize)> = Vec::with_capacity(rows.groups.len());
+        let mut near = 0;
+        for (i, (c, _)) in rows.groups.iter().enumerate() {
+            if let Some(j) = cols.find(&c.dual().fuse_abelian(&flux), near) {
+                pairs.push((i, j));
+                near = j;
+            }
+        }
         let mut n_allowed = 0usize;
-        for (_, rg, cg) in &pairs {
-            n_allowed = rg
+        for &(i, j) in &pairs {
+            n_allowed = rows
+                .group(i)
                 .len()
-                .checked_mul(cg.len())
+                .checked_mul(cols.group(j).len())
                 .and_then(|m| n_allowed.checked_add(m))
-                .ok_or(Error::Overflow {
+                .ok_or_else(|| Error::Overflow {
                     what: "number of allowed blocks",
                 })?;
         }
@@ -623,25 +727,46 @@ impl<S: AbelianSector> BlockStructure<S> {
             strides: Vec::new(),
             entries: Vec::new(),
             sectors: Vec::new(),
-            index: HashTable::new(),
-            hasher: DefaultHashBuilder::default(),
+            row_slot: rows.slots()?,
+            col_slot: cols.slots()?,
+            pairing: vec![(u32::MAX, 0, 0); rows.groups.len()],
+            rank: Vec::new(),
             total_len: 0,
-            fingerprint: 0,
+            fingerprint: OnceLock::new(),
         };
+        // Every allowed block is present unless a mask or predicate says otherwise: reserve
+        // for that (the common case), so the tables grow without copies.
+        let expect = match &presence {
+            Presence::All => n_allowed,
+            Presence::Bits(mask) => mask.count_ones(),
+            Presence::Pred(_) => 0,
+        };
+        s.entries.reserve_exact(expect);
+        for v in [&mut s.seg, &mut s.shape, &mut s.strides] {
+            v.reserve_exact(expect * n);
+        }
+        s.sec.reserve_exact(expect * n);
+        s.sectors.reserve_exact(pairs.len());
         let overflow = |what| Error::Overflow { what };
         let mut tuple = vec![0usize; n];
         let mut allowed = 0usize;
         let mut present_rq: Vec<(usize, usize, usize)> = Vec::new();
-        for (c, rg, cg) in pairs {
+        let (mut row_start, mut col_start) = (Vec::new(), Vec::new());
+        for (i, j) in pairs {
+            let (c, rg, cg) = (&rows.groups[i].0, rows.group(i), cols.group(j));
+            // Group counts and lengths fit in u32: `slots` checked the tuple counts.
+            s.pairing[i] = (j as u32, rg.len() as u32, allowed);
             present_rq.clear();
             for (q, &(ct, _)) in cg.iter().enumerate() {
                 for (r, &(rt, _)) in rg.iter().enumerate() {
-                    tuple[..n_codomain].copy_from_slice(rows.tuple(rt));
-                    tuple[n_codomain..].copy_from_slice(cols.tuple(ct));
                     let here = match &mut presence {
                         Presence::All => true,
                         Presence::Bits(mask) => mask[allowed],
-                        Presence::Pred(p) => p(&tuple),
+                        Presence::Pred(p) => {
+                            tuple[..n_codomain].copy_from_slice(rows.tuple(rt));
+                            tuple[n_codomain..].copy_from_slice(cols.tuple(ct));
+                            p(&tuple)
+                        }
                     };
                     if here {
                         s.present.set(allowed, true);
@@ -654,8 +779,10 @@ impl<S: AbelianSector> BlockStructure<S> {
                 continue;
             }
             // Live rows and columns, and their starts in the logical sector matrix.
-            let mut row_start = vec![usize::MAX; rg.len()];
-            let mut col_start = vec![usize::MAX; cg.len()];
+            row_start.clear();
+            row_start.resize(rg.len(), usize::MAX);
+            col_start.clear();
+            col_start.resize(cg.len(), usize::MAX);
             for &(r, q, _) in &present_rq {
                 row_start[r] = 0;
                 col_start[q] = 0;
@@ -667,7 +794,7 @@ impl<S: AbelianSector> BlockStructure<S> {
                         *st = total;
                         total = total
                             .checked_add(dim)
-                            .ok_or(overflow("sector matrix size"))?;
+                            .ok_or_else(|| overflow("sector matrix size"))?;
                         live += 1;
                     }
                 }
@@ -682,7 +809,7 @@ impl<S: AbelianSector> BlockStructure<S> {
                 n_rows
                     .checked_mul(n_cols)
                     .and_then(|len| sector_offset.checked_add(len))
-                    .ok_or(overflow("allocation length"))?;
+                    .ok_or_else(|| overflow("allocation length"))?;
             }
             let coupled = s.sectors.len();
             let first_block = s.entries.len();
@@ -692,7 +819,9 @@ impl<S: AbelianSector> BlockStructure<S> {
                 let (ct, cdim) = cg[q];
                 tuple[..n_codomain].copy_from_slice(rows.tuple(rt));
                 tuple[n_codomain..].copy_from_slice(cols.tuple(ct));
-                let len = rdim.checked_mul(cdim).ok_or(overflow("block size"))?;
+                let len = rdim
+                    .checked_mul(cdim)
+                    .ok_or_else(|| overflow("block size"))?;
                 let (offset, ld) = if dense {
                     // Inside the sector matrix, whose end was checked above.
                     (sector_offset + row_start[r] + col_start[q] * n_rows, n_rows)
@@ -700,10 +829,9 @@ impl<S: AbelianSector> BlockStructure<S> {
                     let at = packed_at;
                     packed_at = packed_at
                         .checked_add(len)
-                        .ok_or(overflow("allocation length"))?;
+                        .ok_or_else(|| overflow("allocation length"))?;
                     (at, rdim)
                 };
-                let id = s.entries.len();
                 // Strides: products of leg dimensions bounded by the (checked) block and
                 // sector sizes, so they cannot overflow.
                 let mut stride = 1usize;
@@ -726,11 +854,6 @@ impl<S: AbelianSector> BlockStructure<S> {
                     cols: col_start[q]..col_start[q] + cdim,
                     allowed,
                 });
-                let hash = s.hasher.hash_one(&tuple[..]);
-                let (seg, hasher) = (&s.seg, &s.hasher);
-                s.index.insert_unique(hash, id, |&other| {
-                    hasher.hash_one(&seg[other * n..(other + 1) * n])
-                });
             }
             let len = if dense {
                 n_rows * n_cols
@@ -748,14 +871,24 @@ impl<S: AbelianSector> BlockStructure<S> {
                 blocks: first_block..s.entries.len(),
             });
         }
-        s.fingerprint = s.compute_fingerprint();
+        let mut before = 0usize;
+        s.rank = s
+            .present
+            .as_raw_slice()
+            .iter()
+            .map(|w| {
+                let at = before;
+                before += w.count_ones() as usize;
+                at
+            })
+            .collect();
         Ok(s)
     }
 
     fn compute_fingerprint(&self) -> u64 {
         let mut h = StableHasher::new();
         let mut buf = Vec::new();
-        h.word(0x7465_7373_6572_6101); // "tessera" + layout version 1
+        h.word(0x7465_7373_6572_6102); // "tessera" + layout version 2
         h.word(self.legs.len() as u64);
         h.word(self.n_codomain as u64);
         for leg in &self.legs {
@@ -771,7 +904,7 @@ impl<S: AbelianSector> BlockStructure<S> {
         for chunk in self.present.chunks(64) {
             h.word(chunk.load_le::<u64>());
         }
-        h.0
+        h.finish()
     }
 
     /// A one-line description for error messages: legs (direction and `sector:dim`
@@ -858,7 +991,7 @@ impl<S: AbelianSector> BlockStructure<S> {
     /// fingerprints, in every process and on every platform; a cache keyed by it must still
     /// confirm a hit with `==`.
     pub fn fingerprint(&self) -> u64 {
-        self.fingerprint
+        *self.fingerprint.get_or_init(|| self.compute_fingerprint())
     }
 
     /// Block `id`, if it is a block.
@@ -894,10 +1027,27 @@ impl<S: AbelianSector> BlockStructure<S> {
         if segments.len() != n {
             return None;
         }
-        let hash = self.hasher.hash_one(segments);
-        self.index
-            .find(hash, |&id| &self.seg[id * n..(id + 1) * n] == segments)
-            .copied()
+        let (row, col) = segments.split_at(self.n_codomain);
+        let (ri, ci) = (
+            tuple_index(&self.legs[..self.n_codomain], row)?,
+            tuple_index(&self.legs[self.n_codomain..], col)?,
+        );
+        let (rg, rpos) = self.row_slot[ri];
+        let (cg, cpos) = self.col_slot[ci];
+        let (paired, rlen, start) = self.pairing[rg as usize];
+        if paired != cg {
+            return None;
+        }
+        let allowed = start + cpos as usize * rlen as usize + rpos as usize;
+        if !self.present[allowed] {
+            return None;
+        }
+        let (word, bit) = (
+            allowed / usize::BITS as usize,
+            allowed % usize::BITS as usize,
+        );
+        let below = self.present.as_raw_slice()[word] & ((1usize << bit) - 1);
+        Some(self.rank[word] + below.count_ones() as usize)
     }
 
     /// The id of the present block with these sectors (one per leg), for legs that carry each
@@ -952,7 +1102,7 @@ impl<S: AbelianSector> BlockStructure<S> {
 
 impl<S: AbelianSector> PartialEq for BlockStructure<S> {
     fn eq(&self, other: &Self) -> bool {
-        self.fingerprint == other.fingerprint
+        self.fingerprint() == other.fingerprint()
             && self.n_codomain == other.n_codomain
             && self.flux == other.flux
             && self.present == other.present
@@ -972,7 +1122,7 @@ impl<S: AbelianSector> fmt::Debug for BlockStructure<S> {
             .field("allowed", &self.num_allowed())
             .field("sectors", &self.sectors)
             .field("total_len", &self.total_len)
-            .field("fingerprint", &format_args!("{:#018x}", self.fingerprint))
+            .field("fingerprint", &format_args!("{:#018x}", self.fingerprint()))
             .finish()
     }
 }
@@ -1533,7 +1683,7 @@ mod tests {
 
     #[test]
     fn fingerprints_distinguish_what_they_hash() {
-        const PIN: u64 = 0x0180_df24_3cc6_fcf7;
+        const PIN: u64 = 0xd3f7_db9e_f220_30f3;
         let a = u1(Direction::In, &[(0, 2), (1, 1)]);
         let s = BlockStructure::new([a.clone()], [a.dual()], U1(0)).unwrap();
         let f = s.fingerprint();

@@ -2,7 +2,7 @@
 //! operands of the same structures again and again) skips planning.
 //!
 //! Owns: [`PlanCache`]. Invariant: a cached plan is handed out only for operands whose
-//! structures have the fingerprints (and block counts) it was planned for, with the same
+//! structures are the ones it was planned for (keyed by fingerprint, confirmed equal), with the same
 //! spec, conjugation, element type and sector type; anything else is planned afresh.
 
 use crate::error::Error;

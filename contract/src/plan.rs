@@ -16,7 +16,6 @@
 
 use crate::error::Error;
 use crate::spec::Spec;
-use hashbrown::HashMap;
 use smallvec::SmallVec;
 use std::fmt;
 use std::sync::Arc;
@@ -71,15 +70,16 @@ fn sector_gemm<S: AbelianSector>(
     bm: &BlockStructure<S>,
     product: &BlockStructure<S>,
     c: usize,
-    pairs_of: &[Vec<(usize, usize)>],
+    pairs_of: &PairTable,
 ) -> Option<SectorGemm> {
     let cs = &product.sectors()[c];
     let mut found: Option<(usize, usize)> = None;
-    let (mut rows, mut inner, mut cols) = (Vec::new(), Vec::new(), Vec::new());
+    type Ranges = SmallVec<[std::ops::Range<usize>; 8]>;
+    let (mut rows, mut inner, mut cols) = (Ranges::new(), Ranges::new(), Ranges::new());
     let mut count = 0;
     for ci in cs.blocks() {
         let cb = product.block(ci)?;
-        for &(ai, bi) in &pairs_of[ci] {
+        for &(ai, bi) in pairs_of.of(ci) {
             let (ab, bb) = (am.block(ai)?, bm.block(bi)?);
             let here = (ab.coupled(), bb.coupled());
             if *found.get_or_insert(here) != here
@@ -117,6 +117,38 @@ fn sector_gemm<S: AbelianSector>(
     fits.then_some(SectorGemm { a: sa, b: sb, c })
 }
 
+/// The pairs of blocks `(A' block, B' block)` that meet, grouped by the product block they
+/// write (compressed rows: one allocation, whatever the block count).
+struct PairTable {
+    starts: Vec<usize>,
+    pairs: Vec<(usize, usize)>,
+}
+
+impl PairTable {
+    /// From `(product block, A' block, B' block)` triples, by a counting sort: stable, so
+    /// each product block's pairs keep the order they were found in.
+    fn new(blocks: usize, met: &[(usize, usize, usize)]) -> Self {
+        let mut starts = vec![0usize; blocks + 1];
+        for &(ci, _, _) in met {
+            starts[ci + 1] += 1;
+        }
+        for i in 0..blocks {
+            starts[i + 1] += starts[i];
+        }
+        let mut next = starts.clone();
+        let mut pairs = vec![(0, 0); met.len()];
+        for &(ci, ai, bi) in met {
+            pairs[next[ci]] = (ai, bi);
+            next[ci] += 1;
+        }
+        Self { starts, pairs }
+    }
+
+    fn of(&self, ci: usize) -> &[(usize, usize)] {
+        &self.pairs[self.starts[ci]..self.starts[ci + 1]]
+    }
+}
+
 /// How an operand reaches its matrix form.
 #[derive(Clone, Debug)]
 pub(crate) struct Operand<S: AbelianSector> {
@@ -150,7 +182,8 @@ pub struct Plan<S: AbelianSector> {
     pub(crate) spec: Spec,
     pub(crate) conj: [bool; 2],
     pub(crate) operands: [Operand<S>; 2],
-    pub(crate) fingerprints: [(u64, usize); 2],
+    /// The operands' structures it was planned for.
+    pub(crate) inputs: [Arc<BlockStructure<S>>; 2],
     /// `C'`: `A`'s free legs, then `B`'s.
     pub(crate) product: Arc<BlockStructure<S>>,
     /// The output, and the permutation from `C'` when it differs.
@@ -287,27 +320,47 @@ impl<S: AbelianSector> Plan<S> {
         let nfa = free_a.len();
         let (am, bm) = (Arc::clone(&op_a.matrix), Arc::clone(&op_b.matrix));
         let (am, bm) = (&*am, &*bm);
-        let mut by_k: HashMap<&[usize], SmallVec<[usize; 4]>> = HashMap::new();
+        // The contracted segments of a block, numbered mixed-radix (the legs of K in A' and
+        // B' have the same segments: checked above). Building A' enumerated the tuples of
+        // these legs, so their count (and every number) fits.
+        let mut k_count = 1usize;
+        let radix: SmallVec<[usize; 8]> = am.legs()[nfa..]
+            .iter()
+            .map(|l| {
+                let here = k_count;
+                k_count = k_count
+                    .checked_mul(l.num_segments())
+                    .expect("A' enumerated the contracted tuples");
+                here
+            })
+            .collect();
+        let k_index =
+            |segs: &[usize]| -> usize { segs.iter().zip(&radix).map(|(&s, &r)| s * r).sum() };
+        // The blocks of A' with a given contracted tuple are one run of ids: a tuple of the
+        // domain lies in one coupled sector, in one column of it, and blocks are numbered
+        // column by column (the blocks crate's canonical order).
+        let mut a_of_k = vec![0..0; k_count];
         for blk in am.blocks() {
-            by_k.entry(&blk.segments()[nfa..])
-                .or_default()
-                .push(blk.id());
+            let run = &mut a_of_k[k_index(&blk.segments()[nfa..])];
+            if run.start == run.end {
+                *run = blk.id()..blk.id();
+            }
+            assert_eq!(run.end, blk.id(), "blocks of one column are consecutive");
+            run.end += 1;
         }
-        let mut pairs_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); product.num_blocks()];
+        let mut met: Vec<(usize, usize, usize)> = Vec::with_capacity(bm.num_blocks());
         let mut segs: SmallVec<[usize; 8]> = SmallVec::new();
         for blk in bm.blocks() {
-            let Some(list) = by_k.get(&blk.segments()[..nk]) else {
-                continue;
-            };
-            for &ai in list {
+            for ai in a_of_k[k_index(&blk.segments()[..nk])].clone() {
                 segs.clear();
                 segs.extend_from_slice(&am.block(ai).expect("id of A'").segments()[..nfa]);
                 segs.extend_from_slice(&blk.segments()[nk..]);
                 if let Some(ci) = product.block_id(&segs) {
-                    pairs_of[ci].push((ai, blk.id()));
+                    met.push((ci, ai, blk.id()));
                 }
             }
         }
+        let pairs_of = PairTable::new(product.num_blocks(), &met);
         let flop_factor = if T::IS_COMPLEX { 8 } else { 2 };
         let folded = |s: &BlockStructure<S>, id: usize, axes: std::ops::Range<usize>| -> u64 {
             s.block(id).expect("block id").shape()[axes]
@@ -350,8 +403,9 @@ impl<S: AbelianSector> Plan<S> {
             sector_groups.push(done..sector_gemms.len());
         }
         group_flops = 0;
-        for (ci, pairs) in pairs_of.iter().enumerate() {
-            if in_sector_gemm[ci] {
+        for (ci, &in_sector) in in_sector_gemm.iter().enumerate() {
+            let pairs = pairs_of.of(ci);
+            if in_sector {
                 continue;
             }
             if pairs.is_empty() {
@@ -403,10 +457,7 @@ impl<S: AbelianSector> Plan<S> {
             spec: spec.clone(),
             conj,
             operands: [op_a, op_b],
-            fingerprints: [
-                (a.fingerprint(), a.num_blocks()),
-                (b.fingerprint(), b.num_blocks()),
-            ],
+            inputs: [Arc::clone(a), Arc::clone(b)],
             product,
             output,
             output_permute,
@@ -480,13 +531,13 @@ impl<S: AbelianSector> Plan<S> {
         self.output_permute.is_some()
     }
 
-    /// Whether this plan was made for operands with these structures.
-    pub(crate) fn fits(&self, a: &BlockStructure<S>, b: &BlockStructure<S>) -> bool {
-        self.fingerprints
-            == [
-                (a.fingerprint(), a.num_blocks()),
-                (b.fingerprint(), b.num_blocks()),
-            ]
+    /// Whether this plan was made for operands with these structures: the same shared
+    /// structures (the common case, one pointer comparison each), or equal ones.
+    pub(crate) fn fits(&self, a: &Arc<BlockStructure<S>>, b: &Arc<BlockStructure<S>>) -> bool {
+        [a, b]
+            .iter()
+            .zip(&self.inputs)
+            .all(|(x, y)| Arc::ptr_eq(x, y) || x == &y)
     }
 }
 
