@@ -8,11 +8,12 @@ use faer::traits::ComplexField;
 use num_complex::Complex;
 use std::fmt::{Debug, Display};
 use std::ops::{Add, AddAssign, Mul, MulAssign, Neg, Sub};
-use tessera_core::Zeroable;
+use tessera_core::AnyBits;
 
-/// An element type of a tensor.
+/// An element type of a tensor (plain numbers: every bit pattern is a value, so recycled
+/// temporaries need no zeroing).
 pub trait Scalar:
-    Zeroable
+    AnyBits
     + PartialEq
     + Debug
     + Display

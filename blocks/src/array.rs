@@ -171,6 +171,16 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         Self::from_buffer(structure, buffer)
     }
 
+    /// An array whose elements are unspecified (valid numbers, often what a dropped array of
+    /// the same size held), like NumPy's `empty`: for an output or temporary that is written
+    /// in full before it is read, it skips zeroing. Large allocations come from the buffer
+    /// pool (see `tessera_core::trim_buffer_pool`).
+    pub fn empty(structure: impl Into<Arc<BlockStructure<S>>>) -> Self {
+        let structure = structure.into();
+        let buffer = SharedBuffer::recycled(structure.total_len());
+        Self::from_buffer(structure, buffer)
+    }
+
     /// A tensor with independent random entries, uniform in `[-1, 1)` (real and imaginary
     /// parts), reproducible from `seed`.
     pub fn random(structure: impl Into<Arc<BlockStructure<S>>>, seed: u64) -> Self {
@@ -376,21 +386,34 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ///
     /// [`Error::UnknownBlock`] for an id that is not a block.
     pub fn hazards_of(&self, ids: impl IntoIterator<Item = usize>) -> Result<HazardSet, Error> {
-        let records = ids
-            .into_iter()
-            .map(|id| {
-                self.records.get(id).cloned().ok_or(Error::UnknownBlock {
-                    block: id,
-                    blocks: self.num_blocks(),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let ids = ids.into_iter();
+        let mut records = Vec::with_capacity(ids.size_hint().0);
+        for id in ids {
+            records.push(self.records.get(id).cloned().ok_or(Error::UnknownBlock {
+                block: id,
+                blocks: self.num_blocks(),
+            })?);
+        }
         Ok(HazardSet::composite(records))
     }
 
     /// Whether two arrays share storage (the same allocation and records).
     pub fn same_storage(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.buffer, &other.buffer)
+    }
+
+    /// The whole allocation as one flat alias, ordered by every block's record: for waiting
+    /// on the whole array without a handle per block.
+    fn whole(&self) -> BlockAlias<T> {
+        let region = BlockRegion {
+            buffer: Arc::clone(&self.buffer),
+            offset: 0,
+            dims: [self.structure.total_len()].into_iter().collect(),
+            strides: [1].into_iter().collect(),
+        };
+        // SAFETY: the region is the whole allocation, whose elements are exactly the blocks'
+        // elements (the structure's layout), and it is paired with every block's record.
+        unsafe { Alias::from_parts(region, self.hazards()) }
     }
 
     fn all_blocks(&self) -> Vec<BlockAlias<T>> {
@@ -416,7 +439,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
 
     /// Blocks until every block is ready.
     pub fn wait(&self) -> Result<(), Error> {
-        tessera_core::host(self.read(), |_| ())?;
+        self.whole().wait()?;
         Ok(())
     }
 

@@ -48,7 +48,7 @@ pub use eigh::{Eigh, eigh};
 pub use error::Error;
 pub use gather::GatheredBlocks;
 pub use qr::{Lq, Qr, lq, qr};
-pub use region::{SectorAlias, SectorRegion};
+pub use region::{Matrices, MatricesMut, SectorAlias, SectorRegion, SectorsAlias, SectorsRegion};
 pub use svd::{SingularValues, Svd, svd};
 pub use truncation::Truncation;
 pub use view::Coalesce;

@@ -2,16 +2,17 @@
 //!
 //! Owns [`SectorRegion`] (the owner token of an array's allocation plus a column-major
 //! matrix descriptor: offset, rows, columns, leading dimension) and its [`Region`] impl, which
-//! turns a granted access into a faer [`MatRef`] / [`MatMut`]. Invariant: a region's matrix
-//! lies inside the allocation (checked once, when the region is made), its columns do not
-//! overlap (`ld >= rows`), so the exclusive view maps distinct indices to distinct elements.
+//! turns a granted access into a faer [`MatRef`] / [`MatMut`]; and [`SectorsRegion`], several
+//! such matrices behind one owner token, resolved to [`Matrices`] / [`MatricesMut`].
+//! Invariant: a region's matrices lie inside the allocation (checked once, when the region
+//! is made), their columns do not overlap (`ld >= rows`), so an exclusive view maps distinct
+//! indices to distinct elements, and exclusive views are handed out one matrix at a time.
 //! Which records a region is paired with is decided where the alias is made (module
 //! `view`), never here.
 
 use faer::{MatMut, MatRef};
 use std::sync::Arc;
 use tessera_backends::Scalar;
-use tessera_backends::cpu::matrix_ref;
 use tessera_core::{Alias, Domain, Region, SharedBuffer};
 
 /// A column-major matrix inside an array's allocation: a coupled sector's matrix, or a
@@ -39,14 +40,28 @@ impl<T: Scalar> SectorRegion<T> {
         cols: usize,
         ld: usize,
     ) -> Option<Self> {
-        let fits = buffer.check_extent(offset, &[rows, cols], &[1, ld as isize]);
-        (fits && (ld >= rows || cols <= 1)).then_some(Self {
+        let rect = Rect::checked(&buffer, offset, rows, cols, ld)?;
+        Some(Self::from_rect(buffer, rect))
+    }
+
+    /// The region of a rectangle checked against `buffer`.
+    pub(crate) fn from_rect(buffer: Arc<SharedBuffer<T>>, rect: Rect) -> Self {
+        Self {
             buffer,
-            offset,
-            rows,
-            cols,
-            ld,
-        })
+            offset: rect.offset,
+            rows: rect.rows,
+            cols: rect.cols,
+            ld: rect.ld,
+        }
+    }
+
+    fn rect(&self) -> Rect {
+        Rect {
+            offset: self.offset,
+            rows: self.rows,
+            cols: self.cols,
+            ld: self.ld,
+        }
     }
 
     /// Rows of the matrix.
@@ -78,9 +93,66 @@ impl<T: Scalar> SectorRegion<T> {
     pub fn buffer(&self) -> &Arc<SharedBuffer<T>> {
         &self.buffer
     }
+}
 
-    fn strides(&self) -> [isize; 2] {
-        [1, self.ld as isize]
+/// A column-major matrix descriptor inside an allocation: offset, rows, columns, leading
+/// dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Rect {
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+}
+
+impl Rect {
+    /// The rectangle, or `None` when it does not lie inside `buffer` or its columns would
+    /// overlap.
+    pub(crate) fn checked<T: Scalar>(
+        buffer: &SharedBuffer<T>,
+        offset: usize,
+        rows: usize,
+        cols: usize,
+        ld: usize,
+    ) -> Option<Self> {
+        let fits = buffer.check_extent(offset, &[rows, cols], &[1, ld as isize]);
+        (fits && (ld >= rows || cols <= 1)).then_some(Self {
+            offset,
+            rows,
+            cols,
+            ld,
+        })
+    }
+
+    /// The shared matrix view.
+    ///
+    /// # Safety
+    ///
+    /// `self` was checked against `buffer` ([`Rect::checked`]); the caller holds read grants
+    /// of the records covering it for `'a`.
+    unsafe fn resolve<'a, T: Scalar>(&self, buffer: &'a SharedBuffer<T>) -> MatRef<'a, T> {
+        // SAFETY: `offset <= len` (checked), so the pointer stays inside the allocation.
+        let ptr = unsafe { buffer.as_ptr().add(self.offset) };
+        // SAFETY: `ptr` is element (0, 0) of the checked `rows x cols` matrix with row stride 1
+        // and column stride `ld`, inside the allocation `buffer` keeps alive for `'a`; the
+        // caller's read grants keep writers away for `'a`.
+        unsafe { MatRef::from_raw_parts(ptr, self.rows, self.cols, 1, self.ld as isize) }
+    }
+
+    /// The exclusive matrix view.
+    ///
+    /// # Safety
+    ///
+    /// As [`Rect::resolve`], with write grants, and no other view of these elements may live
+    /// during `'a`.
+    unsafe fn resolve_mut<'a, T: Scalar>(&self, buffer: &'a SharedBuffer<T>) -> MatMut<'a, T> {
+        // SAFETY: `offset <= len` (checked). The base pointer carries the allocation's
+        // (writable) provenance: the buffer hands out shared and exclusive views alike from it.
+        let ptr = unsafe { buffer.as_ptr().add(self.offset) }.cast_mut();
+        // SAFETY: `ptr` is element (0, 0) of the checked `rows x cols` matrix with row stride 1
+        // and column stride `ld`; columns do not overlap (`ld >= rows`), so distinct indices
+        // reach distinct elements; the caller's write grants make it exclusive for `'a`.
+        unsafe { MatMut::from_raw_parts_mut(ptr, self.rows, self.cols, 1, self.ld as isize) }
     }
 }
 
@@ -92,25 +164,112 @@ unsafe impl<T: Scalar> Region for SectorRegion<T> {
     type Mut<'a> = MatMut<'a, T>;
 
     unsafe fn resolve(&self) -> tessera_core::Result<MatRef<'_, T>> {
-        let dims = [self.rows, self.cols];
-        // SAFETY: extent checked in `new`; the caller holds read grants of the records
-        // covering the matrix.
-        let view = unsafe { self.buffer.view(self.offset, &dims, &self.strides()) };
-        Ok(matrix_ref(&view, 1).expect("a column-major matrix folds at axis 1"))
+        // SAFETY: the rectangle was checked in `new`; the caller holds read grants of the
+        // records covering the matrix.
+        Ok(unsafe { self.rect().resolve(&self.buffer) })
     }
 
     unsafe fn resolve_mut(&self) -> tessera_core::Result<MatMut<'_, T>> {
-        let dims = [self.rows, self.cols];
-        // SAFETY: extent checked in `new`; columns do not overlap (`ld >= rows`), so distinct
-        // indices reach distinct elements; the caller holds write grants of the records
-        // covering the matrix.
-        let mut view = unsafe { self.buffer.view_mut(self.offset, &dims, &self.strides()) };
-        // `cpu::matrix_mut` borrows the strided view, which is a local here; the matrix is
-        // made from the same checked pointer and descriptor instead, for the region's lifetime.
-        let ptr = view.as_mut_ptr();
-        // SAFETY: `ptr` points at element (0, 0) of the checked `rows x cols` matrix with row
-        // stride 1 and column stride `ld`; the grant (the caller's duty) makes it exclusive
-        // for as long as the borrow of `self` lasts, which bounds the returned lifetime.
-        Ok(unsafe { MatMut::from_raw_parts_mut(ptr, self.rows, self.cols, 1, self.ld as isize) })
+        // SAFETY: as above, with write grants; the returned view is the only one made from
+        // this resolution.
+        Ok(unsafe { self.rect().resolve_mut(&self.buffer) })
+    }
+}
+
+/// Several matrices inside one array's allocation: the sector matrices of a batch of
+/// GEMMs, ordered by one composite of all their blocks' records. Cheap to clone (the
+/// descriptors are shared).
+#[derive(Clone, Debug)]
+pub struct SectorsRegion<T> {
+    buffer: Arc<SharedBuffer<T>>,
+    rects: Arc<[Rect]>,
+}
+
+/// A coalesced view of several sector matrices at once.
+pub type SectorsAlias<T> = Alias<SectorsRegion<T>>;
+
+impl<T: Scalar> SectorsRegion<T> {
+    /// The matrices `rects`, each checked against `buffer` ([`Rect::checked`]).
+    pub(crate) fn new(buffer: Arc<SharedBuffer<T>>, rects: Vec<Rect>) -> Self {
+        Self {
+            buffer,
+            rects: rects.into(),
+        }
+    }
+
+    /// How many matrices.
+    pub fn len(&self) -> usize {
+        self.rects.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.rects.is_empty()
+    }
+}
+
+/// The shared views of a [`SectorsRegion`], one matrix at a time.
+pub struct Matrices<'a, T> {
+    region: &'a SectorsRegion<T>,
+}
+
+impl<'a, T: Scalar> Matrices<'a, T> {
+    /// How many matrices.
+    pub fn len(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.region.is_empty()
+    }
+
+    /// Matrix `i` (panics past the end, like indexing).
+    pub fn get(&self, i: usize) -> MatRef<'a, T> {
+        // SAFETY: every rectangle was checked against the buffer when its sector region was
+        // made; a `Matrices` exists only inside a resolution whose read grants cover all of
+        // them for `'a`.
+        unsafe { self.region.rects[i].resolve(&self.region.buffer) }
+    }
+}
+
+/// The exclusive views of a [`SectorsRegion`], one matrix at a time (each borrow of the
+/// whole ends before the next matrix is taken, so views never overlap).
+pub struct MatricesMut<'a, T> {
+    region: &'a SectorsRegion<T>,
+}
+
+impl<T: Scalar> MatricesMut<'_, T> {
+    /// How many matrices.
+    pub fn len(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.region.is_empty()
+    }
+
+    /// Matrix `i`, exclusively, for as long as `self` stays borrowed (panics past the end).
+    pub fn get_mut(&mut self, i: usize) -> MatMut<'_, T> {
+        // SAFETY: checked rectangles as in `Matrices::get`, under write grants; `&mut self`
+        // keeps any other view made through `self` from living at the same time.
+        unsafe { self.region.rects[i].resolve_mut(&self.region.buffer) }
+    }
+}
+
+// SAFETY: the region reaches only its checked rectangles, inside the allocation it keeps
+// alive; it is paired (in module `view`) with the records of every block of every sector
+// it lists. The exclusive views hand out one matrix at a time.
+unsafe impl<T: Scalar> Region for SectorsRegion<T> {
+    type Ref<'a> = Matrices<'a, T>;
+    type Mut<'a> = MatricesMut<'a, T>;
+
+    unsafe fn resolve(&self) -> tessera_core::Result<Matrices<'_, T>> {
+        Ok(Matrices { region: self })
+    }
+
+    unsafe fn resolve_mut(&self) -> tessera_core::Result<MatricesMut<'_, T>> {
+        Ok(MatricesMut { region: self })
     }
 }

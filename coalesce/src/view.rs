@@ -8,7 +8,7 @@
 
 use crate::error::Error;
 use crate::gather::{BlockSet, GatheredBlocks};
-use crate::region::{SectorAlias, SectorRegion};
+use crate::region::{Rect, SectorAlias, SectorRegion, SectorsAlias, SectorsRegion};
 use std::sync::Arc;
 use tessera_backends::Scalar;
 use tessera_blocks::{AbelianSector, AsyncArray};
@@ -39,6 +39,29 @@ pub trait Coalesce<T: Scalar> {
     /// sector whose blocks do not form one matrix (a masked structure).
     fn sector(&self, c: usize) -> Result<SectorAlias<T>, Error>;
 
+    /// The coalesced view of several coupled sectors at once (indices into
+    /// `structure().sectors()`; a repeated one is listed twice): one alias whose region lists their matrices
+    /// and whose hazard set is the composite of all their blocks' records. A batch of small
+    /// GEMMs takes one such view per operand instead of one alias per sector.
+    ///
+    /// ```
+    /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+    /// use tessera_coalesce::Coalesce;
+    ///
+    /// let row = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)])?;
+    /// let s = BlockStructure::new([row.clone()], [row.dual()], U1(0))?;
+    /// let a = AsyncArray::<f64, U1>::random(s, 1);
+    /// let both = a.sectors(&[0, 1])?;
+    /// let rows = both.with(|m| (0..m.len()).map(|i| m.get(i).nrows()).collect::<Vec<_>>())?;
+    /// assert_eq!(rows, [2, 3]);
+    /// # Ok::<(), tessera_coalesce::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`sector`](Coalesce::sector), for the first sector that fails.
+    fn sectors(&self, cs: &[usize]) -> Result<SectorsAlias<T>, Error>;
+
     /// The zero-copy view of a set of blocks of one dense coupled sector that tile one
     /// rectangle of its sector matrix (a run of block rows by a run of block columns: the
     /// whole sector, a contiguous run of its columns, ...). The view is that strided
@@ -66,32 +89,24 @@ pub trait Coalesce<T: Scalar> {
 
 impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
     fn sector(&self, c: usize) -> Result<SectorAlias<T>, Error> {
-        let structure = self.structure();
-        let sectors = structure.sectors();
-        let sector = sectors.get(c).ok_or(Error::UnknownSector {
-            sector: c,
-            sectors: sectors.len(),
-        })?;
-        if !sector.is_dense() {
-            return Err(Error::PackedSector {
-                sector: c,
-                blocks: sector.blocks().len(),
-                rows: sector.rows(),
-                cols: sector.cols(),
-            });
-        }
-        let region = SectorRegion::new(
-            Arc::clone(self.buffer()),
-            sector.offset(),
-            sector.rows(),
-            sector.cols(),
-            sector.rows(),
-        )
-        .expect("the structure places every dense sector matrix inside the allocation");
-        let hazards = composite(self, sector.blocks())?;
+        let region = SectorRegion::from_rect(Arc::clone(self.buffer()), sector_rect(self, c)?);
+        let hazards = composite(self, self.structure().sectors()[c].blocks())?;
         // SAFETY: a dense sector's matrix holds exactly the elements of the sector's blocks
         // (the structure's layout), and `hazards` holds every one of their records; no other
         // block shares an element with them.
+        Ok(unsafe { Alias::from_parts(region, hazards) })
+    }
+
+    fn sectors(&self, cs: &[usize]) -> Result<SectorsAlias<T>, Error> {
+        let rects = cs
+            .iter()
+            .map(|&c| sector_rect(self, c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sectors = self.structure().sectors();
+        let hazards = composite(self, cs.iter().flat_map(|&c| sectors[c].blocks()))?;
+        let region = SectorsRegion::new(Arc::clone(self.buffer()), rects);
+        // SAFETY: each dense sector's matrix holds exactly the elements of that sector's
+        // blocks, and `hazards` holds the records of every block of every listed sector.
         Ok(unsafe { Alias::from_parts(region, hazards) })
     }
 
@@ -138,6 +153,34 @@ impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
         let set = BlockSet::new(self, ids)?;
         GatheredBlocks::gather(self, &set)
     }
+}
+
+/// The matrix of dense coupled sector `c`, checked against the allocation.
+fn sector_rect<T: Scalar, S: AbelianSector>(
+    array: &AsyncArray<T, S>,
+    c: usize,
+) -> Result<Rect, Error> {
+    let sectors = array.structure().sectors();
+    let sector = sectors.get(c).ok_or(Error::UnknownSector {
+        sector: c,
+        sectors: sectors.len(),
+    })?;
+    if !sector.is_dense() {
+        return Err(Error::PackedSector {
+            sector: c,
+            blocks: sector.blocks().len(),
+            rows: sector.rows(),
+            cols: sector.cols(),
+        });
+    }
+    Ok(Rect::checked(
+        array.buffer(),
+        sector.offset(),
+        sector.rows(),
+        sector.cols(),
+        sector.rows(),
+    )
+    .expect("the structure places every dense sector matrix inside the allocation"))
 }
 
 /// The composite of the records of blocks `ids`.

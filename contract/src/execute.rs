@@ -115,7 +115,8 @@ impl Contraction {
         b: &AsyncArray<T, S>,
     ) -> Result<AsyncArray<T, S>, Error> {
         let plan = self.plan(a, b)?;
-        let out = AsyncArray::zeros(Arc::clone(plan.output()));
+        // Written in full by the tasks (GEMM outputs, zeroed idle blocks, or the permute).
+        let out = AsyncArray::empty(Arc::clone(plan.output()));
         submit(&plan, alpha, a, b, T::ZERO, &out, true)?;
         Ok(out)
     }
@@ -162,13 +163,36 @@ fn matrix_form<T: Field, S: AbelianSector>(
     let Some((perm, permuted)) = &op.permute else {
         return Ok(None);
     };
-    let tmp = AsyncArray::zeros(Arc::clone(&op.matrix));
+    // The permutation writes every block of the temporary.
+    let tmp = AsyncArray::empty(Arc::clone(&op.matrix));
     x.permute_into_with(permuted, perm, &tmp, Blocks::All)?;
     Ok(Some(tmp))
 }
 
-/// Enrolls the plan's tasks: `c <- alpha op(a) op(b) + beta c` (`fresh`: `c` is all zeros and
-/// nothing else has it, so `beta` is ignored).
+/// One task that sets blocks `ids` of `x` to zero (overwrites: nothing is read).
+fn zero_blocks<T: Field, S: AbelianSector>(
+    x: &AsyncArray<T, S>,
+    ids: &[usize],
+) -> Result<(), Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let writes = ids
+        .iter()
+        .map(|&i| x.block(i).map(|b| b.overwrite()))
+        .collect::<Result<Vec<_>, _>>()?;
+    schedule(writes, |blocks| {
+        for mut b in blocks {
+            b.for_each_run_mut(|_, run| run.fill(T::ZERO));
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// Enrolls the plan's tasks: `c <- alpha op(a) op(b) + beta c` (`fresh`: `c` is a new array
+/// nothing else has, with unspecified elements, so `beta` is ignored and every block is
+/// written).
 fn submit<T: Field, S: AbelianSector>(
     plan: &Arc<Plan<S>>,
     alpha: T,
@@ -186,7 +210,7 @@ fn submit<T: Field, S: AbelianSector>(
     let product_tmp = plan
         .output_permute
         .as_ref()
-        .map(|_| AsyncArray::<T, S>::zeros(Arc::clone(&plan.product)));
+        .map(|_| AsyncArray::<T, S>::empty(Arc::clone(&plan.product)));
     let target = product_tmp.as_ref().unwrap_or(c);
     let overwrite = fresh || product_tmp.is_some() || beta == T::ZERO;
     let first_beta = if overwrite { T::ZERO } else { beta };
@@ -229,33 +253,45 @@ fn submit<T: Field, S: AbelianSector>(
         })?;
     }
     for run in &plan.sector_groups {
+        // One view per operand for the whole batch: one region and one composite each.
         let gemms = &plan.sector_gemms[run.clone()];
-        let mut reads = Vec::with_capacity(gemms.len());
-        let mut writes = Vec::with_capacity(gemms.len());
-        for x in gemms {
-            reads.push((am.sector(x.a)?.read(), bm.sector(x.b)?.read()));
-            let out = target.sector(x.c)?;
-            writes.push(if overwrite {
-                out.overwrite()
-            } else {
-                out.write()
-            });
-        }
-        schedule((reads, writes), move |(ins, outs)| {
-            for ((lhs, rhs), out) in ins.into_iter().zip(outs) {
-                gemm(out, first_beta, lhs, conj_a, rhs, conj_b, alpha)?;
+        let ids =
+            |f: fn(&crate::plan::SectorGemm) -> usize| gemms.iter().map(f).collect::<Vec<_>>();
+        let lhs = am.sectors(&ids(|x| x.a))?.read();
+        let rhs = bm.sectors(&ids(|x| x.b))?.read();
+        let out = target.sectors(&ids(|x| x.c))?;
+        let out = if overwrite {
+            out.overwrite()
+        } else {
+            out.write()
+        };
+        schedule((lhs, rhs, out), move |(lhs, rhs, mut out)| {
+            for i in 0..out.len() {
+                gemm(
+                    out.get_mut(i),
+                    first_beta,
+                    lhs.get(i),
+                    conj_a,
+                    rhs.get(i),
+                    conj_b,
+                    alpha,
+                )?;
             }
             Ok(())
         })?;
     }
-    if !fresh && product_tmp.is_none() && beta != T::ONE && !plan.idle.is_empty() {
+    // Blocks no pair writes: zero where the GEMMs overwrite (a new array, the product
+    // temporary, or beta = 0, which ignores C as BLAS does), else scaled by beta.
+    if overwrite {
+        zero_blocks(target, &plan.idle)?;
+    } else if beta != T::ONE && !plan.idle.is_empty() {
         c.scale(beta, Blocks::Only(&plan.idle))?;
     }
     if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
         if fresh {
             product.permute_into_with(permuted, perm, c, Blocks::All)?;
         } else {
-            let moved = AsyncArray::zeros(Arc::clone(plan.output()));
+            let moved = AsyncArray::empty(Arc::clone(plan.output()));
             product.permute_into_with(permuted, perm, &moved, Blocks::All)?;
             if beta != T::ONE {
                 c.scale(beta, Blocks::All)?;

@@ -45,7 +45,36 @@ unsafe impl Zeroable for num_complex::Complex<f32> {}
 // SAFETY: two `f64`s; all-zero is 0 + 0i.
 unsafe impl Zeroable for num_complex::Complex<f64> {}
 
-/// One backing allocation of `len` elements, zeroed at creation.
+/// Element types for which every initialized bit pattern is a valid value (plain numbers),
+/// so a buffer may start with whatever bytes an earlier buffer left
+/// ([`SharedBuffer::recycled`]).
+///
+/// # Safety
+///
+/// Every initialized bit pattern of `size_of::<Self>()` bytes must be a valid `Self`.
+pub unsafe trait AnyBits: Zeroable {}
+
+// SAFETY: every bit pattern is some float (possibly a NaN).
+unsafe impl AnyBits for f32 {}
+// SAFETY: as above.
+unsafe impl AnyBits for f64 {}
+// SAFETY: every bit pattern is an integer.
+unsafe impl AnyBits for u64 {}
+// SAFETY: as above.
+unsafe impl AnyBits for i64 {}
+// SAFETY: as above.
+unsafe impl AnyBits for u32 {}
+// SAFETY: as above.
+unsafe impl AnyBits for i32 {}
+// SAFETY: two `f32`s.
+unsafe impl AnyBits for num_complex::Complex<f32> {}
+// SAFETY: two `f64`s.
+unsafe impl AnyBits for num_complex::Complex<f64> {}
+
+/// One backing allocation of `len` elements, zeroed at creation (or, from
+/// [`recycled`](SharedBuffer::recycled), holding unspecified values). Large allocations go
+/// back to a pool when the buffer is dropped, and new buffers of the same size reuse them
+/// (see [`trim_buffer_pool`](crate::trim_buffer_pool)).
 pub struct SharedBuffer<T> {
     ptr: NonNull<T>,
     len: usize,
@@ -69,7 +98,7 @@ impl<T> std::fmt::Debug for SharedBuffer<T> {
 
 /// The layout of a buffer of `len` elements: at least one byte, aligned to [`ALIGN`]. The
 /// one definition both allocation and deallocation use.
-fn layout_of<T>(len: usize) -> Layout {
+pub(crate) fn layout_of<T>(len: usize) -> Layout {
     let bytes = len
         .max(1)
         .checked_mul(size_of::<T>().max(1))
@@ -81,16 +110,58 @@ impl<T: Zeroable> SharedBuffer<T> {
     /// A zeroed host allocation of `len` elements, aligned to [`ALIGN`] bytes.
     pub fn zeroed(len: usize) -> Self {
         let layout = layout_of::<T>(len);
+        if let Some(raw) = crate::pool::take(layout) {
+            // SAFETY: the pool hands out an allocation of exactly `layout`, owned by nobody
+            // else; zeroing its bytes makes every element zero (`T: Zeroable`).
+            unsafe { raw.as_ptr().write_bytes(0, layout.size()) };
+            return Self::from_raw(raw.cast(), len);
+        }
+        Self::fresh(len, layout)
+    }
+
+    fn fresh(len: usize, layout: Layout) -> Self {
         // SAFETY: the layout has a non-zero size (at least one element, at least one byte).
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw.cast::<T>()) else {
             std::alloc::handle_alloc_error(layout)
         };
+        Self::from_raw(ptr, len)
+    }
+
+    fn from_raw(ptr: NonNull<T>, len: usize) -> Self {
         Self {
             ptr,
             len,
             domain: Domain::Cpu,
         }
+    }
+
+    /// A host allocation of `len` elements holding unspecified (but valid) values: a
+    /// recycled allocation as its last buffer left it, or zeros. For a temporary that is
+    /// written in full before it is read; skips zeroing.
+    pub fn recycled(len: usize) -> Self
+    where
+        T: AnyBits,
+    {
+        let layout = layout_of::<T>(len);
+        let buf = match crate::pool::take(layout) {
+            // The pool's bytes are initialized (its invariant), and any initialized bytes are
+            // valid elements (`T: AnyBits`).
+            Some(raw) => Self::from_raw(raw.cast(), len),
+            None => Self::fresh(len, layout),
+        };
+        // Debug builds (the tests) fill it with all-ones bytes (NaN for floats), so a read
+        // of an element nobody wrote shows up instead of passing as a stale zero.
+        #[cfg(debug_assertions)]
+        // SAFETY: the allocation spans `layout.size()` bytes and nothing else references it
+        // yet; any bytes are valid elements (`T: AnyBits`).
+        unsafe {
+            buf.ptr
+                .as_ptr()
+                .cast::<u8>()
+                .write_bytes(0xff, layout.size())
+        };
+        buf
     }
 
     /// A host allocation of `len` elements, element `i` set to `f(i)`.
@@ -119,7 +190,9 @@ impl<T: Zeroable> SharedBuffer<T> {
         self.domain
     }
 
-    /// The base address (for alignment checks and diagnostics).
+    /// The base address, carrying the allocation's provenance: for alignment checks, and
+    /// for views made by hand (a region that resolves to a faer matrix), which need the same
+    /// extent check and grants as [`view`](SharedBuffer::view) / [`view_mut`](SharedBuffer::view_mut).
     pub fn as_ptr(&self) -> *const T {
         self.ptr.as_ptr()
     }
@@ -194,9 +267,10 @@ impl<T: Zeroable> SharedBuffer<T> {
 impl<T> Drop for SharedBuffer<T> {
     fn drop(&mut self) {
         let layout = layout_of::<T>(self.len);
-        // SAFETY: allocated in `zeroed` with this very layout; nothing references it now (every
-        // view borrows from a region that holds this buffer alive).
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) }
+        // SAFETY: allocated (by the global allocator, or taken from the pool, which holds
+        // only such allocations) with this very layout; nothing references it now (every view
+        // borrows from a region that holds this buffer alive); its bytes are initialized.
+        unsafe { crate::pool::give(layout, self.ptr.cast()) }
     }
 }
 

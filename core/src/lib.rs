@@ -42,6 +42,7 @@ mod domain;
 mod enroll;
 mod error;
 mod hazard;
+mod pool;
 mod primitive;
 mod runtime;
 mod storage;
@@ -55,11 +56,13 @@ mod loom_models;
 pub use access::{Access, AccessList};
 pub use alias::{Alias, ReadAlias, ReadBuffer, Region, WriteBuffer};
 pub use buffer::{
-    ALIGN, SharedBuffer, StridedMut, StridedRef, Zeroable, for_each_offset, zip_runs, zip_runs_ref,
+    ALIGN, AnyBits, SharedBuffer, StridedMut, StridedRef, Zeroable, for_each_offset, zip_runs,
+    zip_runs_ref,
 };
 pub use domain::Domain;
 pub use error::{Error, FailureCause, KernelError, RecordId, Result, TaskFailure, TaskId};
 pub use hazard::{HazardRecord, HazardSet, Mode};
+pub use pool::{POOL_BYTES, POOL_ENTRIES, POOL_MIN_BYTES, pooled_bytes, trim_buffer_pool};
 pub use runtime::{Runtime, host, schedule};
 pub use trace::{Trace, TraceEvent};
 pub use value::{Async, ValueRegion};
