@@ -288,7 +288,7 @@ fn submit<T: Field, S: AbelianSector>(
         c.scale(beta, Blocks::Only(&plan.idle))?;
     }
     if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
-        if fresh {
+        if fresh || beta == T::ZERO {
             product.permute_into_with(permuted, perm, c, Blocks::All)?;
         } else {
             let moved = AsyncArray::empty(Arc::clone(plan.output()));

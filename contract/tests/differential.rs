@@ -284,10 +284,19 @@ fn differential<T: Field, S: Kind>(seed: u64, cases: usize) {
         let got = out.to_dense().unwrap();
         let want = reference(&case, &da, &db, alpha, T::ZERO, &vec![T::ZERO; got.len()]);
         assert_close(&got, &want, &what);
-        // Accumulate into an existing output, with beta in {0, 1, other}.
+        // Accumulate into an existing output, with beta in {0, 1, other}. With beta = 0 the
+        // old C is ignored (BLAS's rule), so it is all NaN there: any read of it shows.
         let acc = AsyncArray::<T, S>::random(Arc::clone(plan.output()), rng.r#gen());
-        let c0 = acc.to_dense().unwrap();
         let beta = [T::ZERO, T::ONE, T::from_f64(-0.75)][n % 3];
+        if beta == T::ZERO {
+            acc.scale(T::from_f64(f64::NAN), tessera_blocks::Blocks::All)
+                .unwrap();
+        }
+        let c0 = if beta == T::ZERO {
+            vec![T::ZERO; got.len()]
+        } else {
+            acc.to_dense().unwrap()
+        };
         c.apply_into(alpha, &a, &b, beta, &acc).unwrap();
         let want = reference(&case, &da, &db, alpha, beta, &c0);
         assert_close(&acc.to_dense().unwrap(), &want, &what);
