@@ -7,7 +7,8 @@
 //! - c. planning a contraction of 10,000 block pairs, fresh and from the cache;
 //! - d. the DMRG two-site effective Hamiltonian `L W W R theta` on the U(1) Heisenberg
 //!   structures of `shared/data/heff_heisenberg_chi*.json`, over one dense faer GEMM of the
-//!   same total flops.
+//!   same total flops: in the files' chain (L theta, W, W, R, as TeNPy runs it), and in the
+//!   order [`Network::optimal`] picks from the same structures.
 //!
 //! Throughputs are in flops per second (criterion's "elem/s").
 //!
@@ -21,7 +22,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
-use tessera::contract::{Contraction, PlanCache, Spec};
+use tessera::contract::{Contraction, Network, Order, PlanCache, Spec};
 use tessera::prelude::Runtime;
 
 #[global_allocator]
@@ -270,6 +271,76 @@ fn apply_heff(tensors: &[(String, Tensor)], chain: &[Step]) -> (AsyncArray<f64, 
     (running.unwrap().array, flops)
 }
 
+/// The chain's tensors as a [`Network`]: legs contracted by some step share a label, every
+/// other leg has its own. Returns the network and the operands in its order.
+fn heff_network<'t>(
+    tensors: &'t [(String, Tensor)],
+    chain: &[Step],
+) -> (Network<U1>, Vec<&'t AsyncArray<f64, U1>>) {
+    // Legs are (tensor index, leg index); the running result's legs are a list of those.
+    let index = |name: &str| tensors.iter().position(|(n, _)| n == name).unwrap();
+    let mut label: Vec<Vec<Option<char>>> = tensors
+        .iter()
+        .map(|(_, t)| vec![None; t.labels.len()])
+        .collect();
+    let mut next = 'a';
+    let mut fresh = || {
+        let c = next;
+        next = char::from_u32(next as u32 + 1).unwrap();
+        c
+    };
+    let mut running: Vec<(usize, usize)> = Vec::new();
+    for (x, y, ax, ay) in chain {
+        let legs_of = |name: &str, running: &[(usize, usize)]| -> Vec<(usize, usize)> {
+            if name == "T" {
+                running.to_vec()
+            } else {
+                let i = index(name);
+                (0..tensors[i].1.labels.len()).map(|l| (i, l)).collect()
+            }
+        };
+        let (la, lb) = (legs_of(x, &running), legs_of(y, &running));
+        let name_of = |(i, l): (usize, usize)| &tensors[i].1.labels[l];
+        let pos = |legs: &[(usize, usize)], want: &String| {
+            legs.iter().position(|&g| name_of(g) == want).unwrap()
+        };
+        let (ka, kb): (Vec<usize>, Vec<usize>) = ax
+            .iter()
+            .zip(ay)
+            .map(|(p, q)| (pos(&la, p), pos(&lb, q)))
+            .unzip();
+        for (&i, &j) in ka.iter().zip(&kb) {
+            let c = fresh();
+            label[la[i].0][la[i].1] = Some(c);
+            label[lb[j].0][lb[j].1] = Some(c);
+        }
+        running = la
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !ka.contains(i))
+            .chain(lb.iter().enumerate().filter(|(j, _)| !kb.contains(j)))
+            .map(|(_, &g)| g)
+            .collect();
+    }
+    let labels: Vec<String> = label
+        .into_iter()
+        .map(|ls| {
+            ls.into_iter()
+                .map(|c| c.unwrap_or_else(&mut fresh))
+                .collect()
+        })
+        .collect();
+    let net = Network::new(
+        tensors
+            .iter()
+            .zip(&labels)
+            .map(|((_, t), l)| (l.as_str(), Arc::clone(t.array.structure())))
+            .collect(),
+    )
+    .unwrap();
+    (net, tensors.iter().map(|(_, t)| &t.array).collect())
+}
+
 fn heff(c: &mut Criterion) {
     let runtime = Runtime::new(2).unwrap();
     let mut group = c.benchmark_group("contract_d_dmrg_heff");
@@ -281,6 +352,15 @@ fn heff(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("tessera", chi), |bch| {
             bch.iter(|| {
                 let (t, _) = runtime.enter(|| apply_heff(&tensors, &chain));
+                t.wait().unwrap();
+            })
+        });
+        let (net, arrays) = heff_network(&tensors, &chain);
+        let order: Order = net.optimal().unwrap();
+        group.throughput(Throughput::Elements(order.flops));
+        group.bench_function(BenchmarkId::new("tessera_network_order", chi), |bch| {
+            bch.iter(|| {
+                let (t, _) = runtime.enter(|| net.contract(&arrays, &order).unwrap());
                 t.wait().unwrap();
             })
         });
