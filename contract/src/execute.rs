@@ -121,7 +121,8 @@ impl Contraction {
         Ok(out)
     }
 
-    /// `C <- alpha op(A) op(B) + beta C`.
+    /// `C <- alpha op(A) op(B) + beta C`. With `beta = 0` the old `C` is not read (NaN and
+    /// infinities in it are overwritten, as BLAS does).
     ///
     /// # Errors
     ///
