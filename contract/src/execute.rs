@@ -20,7 +20,7 @@ use tessera_backends::Field;
 use tessera_backends::cpu::{gemm, matrix_mut, matrix_ref};
 use tessera_blocks::{AbelianSector, AsyncArray, Blocks};
 use tessera_coalesce::Coalesce;
-use tessera_core::schedule;
+use tessera_core::{Alias, schedule};
 
 /// A pairwise contraction: a [`Spec`], whether each operand is conjugated, and the plan cache
 /// it plans through.
@@ -180,7 +180,7 @@ fn zero_blocks<T: Field, S: AbelianSector>(
     }
     let writes = ids
         .iter()
-        .map(|&i| x.block(i).map(|b| b.overwrite()))
+        .map(|&i| x.block(i).map(Alias::into_overwrite))
         .collect::<Result<Vec<_>, _>>()?;
     schedule(writes, |blocks| {
         for mut b in blocks {
@@ -221,20 +221,24 @@ fn submit<T: Field, S: AbelianSector>(
         let reads_a = group
             .a
             .iter()
-            .map(|&i| am.block(i).map(|x| x.read()))
+            .map(|&i| am.block(i).map(Alias::into_read))
             .collect::<Result<Vec<_>, _>>()?;
         let reads_b = group
             .b
             .iter()
-            .map(|&i| bm.block(i).map(|x| x.read()))
+            .map(|&i| bm.block(i).map(Alias::into_read))
             .collect::<Result<Vec<_>, _>>()?;
         let writes = group
             .c
             .iter()
             .map(|&i| {
-                target
-                    .block(i)
-                    .map(|x| if overwrite { x.overwrite() } else { x.write() })
+                target.block(i).map(|x| {
+                    if overwrite {
+                        x.into_overwrite()
+                    } else {
+                        x.into_write()
+                    }
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let plan = Arc::clone(plan);
@@ -258,13 +262,13 @@ fn submit<T: Field, S: AbelianSector>(
         let gemms = &plan.sector_gemms[run.clone()];
         let ids =
             |f: fn(&crate::plan::SectorGemm) -> usize| gemms.iter().map(f).collect::<Vec<_>>();
-        let lhs = am.sectors(&ids(|x| x.a))?.read();
-        let rhs = bm.sectors(&ids(|x| x.b))?.read();
+        let lhs = am.sectors(&ids(|x| x.a))?.into_read();
+        let rhs = bm.sectors(&ids(|x| x.b))?.into_read();
         let out = target.sectors(&ids(|x| x.c))?;
         let out = if overwrite {
-            out.overwrite()
+            out.into_overwrite()
         } else {
-            out.write()
+            out.into_write()
         };
         schedule((lhs, rhs, out), move |(lhs, rhs, mut out)| {
             for i in 0..out.len() {

@@ -121,6 +121,33 @@ impl<R: Region> Alias<R> {
         }
     }
 
+    /// Like [`read`](Alias::read), consuming the alias: the buffer takes its region and
+    /// records without cloning them (for an alias made just to be scheduled).
+    pub fn into_read(self) -> ReadBuffer<R> {
+        ReadBuffer {
+            region: self.region,
+            hazards: self.hazards,
+        }
+    }
+
+    /// Like [`write`](Alias::write), consuming the alias.
+    pub fn into_write(self) -> WriteBuffer<R> {
+        WriteBuffer {
+            region: self.region,
+            hazards: self.hazards,
+            mode: Mode::Update,
+        }
+    }
+
+    /// Like [`overwrite`](Alias::overwrite), consuming the alias.
+    pub fn into_overwrite(self) -> WriteBuffer<R> {
+        WriteBuffer {
+            region: self.region,
+            hazards: self.hazards,
+            mode: Mode::Overwrite,
+        }
+    }
+
     /// The same alias without write access.
     pub fn read_only(&self) -> ReadAlias<R> {
         ReadAlias {

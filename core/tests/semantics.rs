@@ -129,10 +129,13 @@ fn aliases_share_the_exact_record_and_order_with_the_parent() {
     assert_eq!(alias.hazards().records()[0].id(), a.record_id());
     assert_eq!(clone.hazards().records()[0].id(), a.record_id());
     for i in 0..100 {
-        let target = match i % 3 {
+        // Consuming a fresh clone (`into_write`, `into_overwrite`) orders the same way.
+        let target = match i % 5 {
             0 => a.write(),
             1 => alias.write(),
-            _ => clone.write(),
+            2 => clone.write(),
+            3 => alias.clone().into_write(),
+            _ => clone.clone().into_overwrite(),
         };
         tessera_core::schedule(target, move |v| {
             *v = v.wrapping_mul(31).wrapping_add(i);
@@ -143,6 +146,13 @@ fn aliases_share_the_exact_record_and_order_with_the_parent() {
     let expected = (0..100).fold(0_u64, |v, i| v.wrapping_mul(31).wrapping_add(i));
     assert_eq!(a.get().unwrap(), expected);
     assert_eq!(clone.read_only().with(|v| *v).unwrap(), expected);
+    let seen = Async::new(0_u64);
+    tessera_core::schedule((alias.into_read(), seen.overwrite()), |(v, s)| {
+        *s = *v;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen.get().unwrap(), expected);
 }
 
 #[test]
