@@ -9,6 +9,7 @@
 //! Locking in one global order also keeps the record locks themselves deadlock-free.
 
 use crate::access::AccessList;
+use crate::hazard::LastEdge;
 use crate::primitive::Arc;
 use crate::task::TaskNode;
 use smallvec::SmallVec;
@@ -21,12 +22,13 @@ pub(crate) fn enroll(node: &Arc<TaskNode>, list: &AccessList) {
             .all(|w| w[0].record.id() < w[1].record.id()),
         "enroll needs a normalised access list"
     );
+    let mut last = LastEdge::default();
     if let [item] = list.items.as_slice() {
-        item.record.lock().enroll(node, item.mode);
+        item.record.lock().enroll(node, item.mode, &mut last);
         return;
     }
     let mut guards: SmallVec<[_; 8]> = list.items.iter().map(|i| i.record.lock()).collect();
     for (guard, item) in guards.iter_mut().zip(&list.items) {
-        guard.enroll(node, item.mode);
+        guard.enroll(node, item.mode, &mut last);
     }
 }

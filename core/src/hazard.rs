@@ -153,14 +153,31 @@ impl HazardRecord {
     }
 }
 
+/// The predecessor an enrollment last made its task wait for, across the records it
+/// enrolls on: a task over many records last written (or read) by one task asks for that
+/// edge once, not once per record. It holds the predecessor alive, so a pointer match is
+/// always the same task.
+#[derive(Default)]
+pub(crate) struct LastEdge(Option<Arc<TaskNode>>);
+
+impl LastEdge {
+    fn wait_for(&mut self, node: &Arc<TaskNode>, pred: &Arc<TaskNode>) {
+        if self.0.as_ref().is_some_and(|last| Arc::ptr_eq(last, pred)) {
+            return;
+        }
+        TaskNode::depend_on(node, pred);
+        self.0 = Some(Arc::clone(pred));
+    }
+}
+
 impl Locked<'_> {
     /// Enrolls `node` with `mode`.
-    pub(crate) fn enroll(&mut self, node: &Arc<TaskNode>, mode: Mode) {
+    pub(crate) fn enroll(&mut self, node: &Arc<TaskNode>, mode: Mode, last: &mut LastEdge) {
         let state = &mut *self.guard;
         match mode {
             Mode::Read => {
                 if let Some(writer) = &state.last_write {
-                    TaskNode::depend_on(node, writer);
+                    last.wait_for(node, writer);
                 }
                 if state.readers.len() >= READER_PRUNE_AT {
                     state.readers.retain(|r| !r.is_done());
@@ -170,12 +187,12 @@ impl Locked<'_> {
             Mode::Update | Mode::Overwrite => {
                 if state.readers.is_empty() {
                     if let Some(writer) = &state.last_write {
-                        TaskNode::depend_on(node, writer);
+                        last.wait_for(node, writer);
                     }
                 } else {
                     // The readers waited for `last_write`, so waiting for them is enough.
                     for reader in state.readers.drain(..) {
-                        TaskNode::depend_on(node, &reader);
+                        last.wait_for(node, &reader);
                     }
                 }
                 state.last_write = Some(Arc::clone(node));

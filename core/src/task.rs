@@ -20,7 +20,7 @@
 //! the predecessor's lock while the submission guard keeps the count above zero.
 
 use crate::error::TaskId;
-use crate::primitive::{Arc, AtomicUsize, Latch, Mutex, Ordering};
+use crate::primitive::{Arc, AtomicBool, AtomicUsize, Latch, Mutex, Ordering};
 use smallvec::SmallVec;
 
 /// What a node does once it is ready.
@@ -41,6 +41,9 @@ struct NodeState {
 pub(crate) struct TaskNode {
     id: TaskId,
     pending: AtomicUsize,
+    /// `state.done`, readable without the lock (set in the same critical section): for
+    /// pruning finished readers, a hint that may lag, never for adding edges.
+    finished: AtomicBool,
     state: Mutex<NodeState>,
 }
 
@@ -50,6 +53,7 @@ impl TaskNode {
         Arc::new(Self {
             id,
             pending: AtomicUsize::new(1),
+            finished: AtomicBool::new(false),
             state: Mutex::new(NodeState {
                 done: false,
                 successors: SmallVec::new(),
@@ -85,7 +89,7 @@ impl TaskNode {
 
     /// Whether the node has completed (its successors were released).
     pub(crate) fn is_done(&self) -> bool {
-        self.state.lock().done
+        self.finished.load(Ordering::Acquire)
     }
 
     /// Drops one pending count; returns `true` when this made the node ready.
@@ -109,6 +113,7 @@ impl TaskNode {
             let mut state = self.state.lock();
             debug_assert!(!state.done, "{} completed twice", self.id);
             state.done = true;
+            self.finished.store(true, Ordering::Release);
             std::mem::take(&mut state.successors)
         };
         for succ in successors {
