@@ -353,9 +353,14 @@ impl<S: AbelianSector> Plan<S> {
         let mut segs: SmallVec<[usize; 8]> = SmallVec::new();
         for blk in bm.blocks() {
             for ai in a_of_k[k_index(&blk.segments()[..nk])].clone() {
+                // Element by element: a call to copy a slice of a few words costs more.
                 segs.clear();
-                segs.extend_from_slice(&am.block(ai).expect("id of A'").segments()[..nfa]);
-                segs.extend_from_slice(&blk.segments()[nk..]);
+                for &x in &am.block(ai).expect("id of A'").segments()[..nfa] {
+                    segs.push(x);
+                }
+                for &x in &blk.segments()[nk..] {
+                    segs.push(x);
+                }
                 if let Some(ci) = product.block_id(&segs) {
                     met.push((ci, ai, blk.id()));
                 }
