@@ -2,8 +2,8 @@
 //! record per block.
 //!
 //! Owns: [`AsyncArray`], [`BlockRegion`] (the descriptor of one block inside the allocation)
-//! and the constructors and host conversions (zeros, seeded random, dense, per-block data,
-//! element reads). Invariants:
+//! and the constructors and host conversions (zeros, empty, seeded random, dense, per-block
+//! data, element reads). Invariants:
 //!
 //! - The allocation holds exactly `structure.total_len()` elements laid out as the structure
 //!   says; block `i` is the strided region `(offset, shape, strides)` of the structure's block
