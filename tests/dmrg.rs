@@ -47,10 +47,10 @@ fn dmrg_energy(runtime: &Runtime, sites: usize, chi: usize) -> f64 {
 }
 
 #[test]
-fn dmrg_equals_exact_diagonalisation_up_to_12_sites() {
+fn dmrg_equals_exact_diagonalisation_up_to_14_sites() {
     let runtime = Runtime::new(2).unwrap();
     // chi = 2^(L/2) is the largest bond the chain has: no truncation, so DMRG is exact.
-    for l in [4_usize, 8, 10, 12] {
+    for l in [4_usize, 8, 10, 12, 14] {
         let exact = exact_energy(l);
         let dmrg = dmrg_energy(&runtime, l, 1 << (l / 2));
         println!("L = {l}: DMRG {dmrg:.15}, exact {exact:.15}");
