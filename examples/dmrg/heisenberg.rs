@@ -306,7 +306,7 @@ pub(crate) struct Progress {
     pub(crate) sweep: usize,
     /// The left site of the pair just optimised.
     pub(crate) site: usize,
-    /// Steps done in this sweep, and how many it has.
+    /// Steps done in this sweep (from 1).
     pub(crate) step: usize,
     /// Steps in this sweep.
     pub(crate) steps: usize,
