@@ -20,7 +20,7 @@ use tessera_backends::Field;
 use tessera_backends::cpu::{gemm, matrix_mut, matrix_ref};
 use tessera_blocks::{AbelianSector, AsyncArray, Blocks};
 use tessera_coalesce::Coalesce;
-use tessera_core::{Alias, schedule};
+use tessera_core::{Alias, schedule_named};
 
 /// A pairwise contraction: a [`Spec`], whether each operand is conjugated, and the plan cache
 /// it plans through.
@@ -182,7 +182,7 @@ fn zero_blocks<T: Field, S: AbelianSector>(
         .iter()
         .map(|&i| x.block(i).map(Alias::into_overwrite))
         .collect::<Result<Vec<_>, _>>()?;
-    schedule(writes, |blocks| {
+    schedule_named("contract.zero_idle", writes, |blocks| {
         for mut b in blocks {
             b.for_each_run_mut(|_, run| run.fill(T::ZERO));
         }
@@ -242,20 +242,24 @@ fn submit<T: Field, S: AbelianSector>(
             })
             .collect::<Result<Vec<_>, _>>()?;
         let plan = Arc::clone(plan);
-        schedule((reads_a, reads_b, writes), move |(xa, xb, mut xc)| {
-            let group = &plan.groups[g];
-            for (local, pairs) in &group.products {
-                let mut cm = matrix_mut(&mut xc[*local], rows_a)
-                    .ok_or("an output block is a strided matrix")?;
-                for (n, &(ia, ib)) in group.pairs[pairs.clone()].iter().enumerate() {
-                    let lhs = matrix_ref(&xa[ia], rows_a).ok_or("a block of A' is a matrix")?;
-                    let rhs = matrix_ref(&xb[ib], rows_b).ok_or("a block of B' is a matrix")?;
-                    let beta = if n == 0 { first_beta } else { T::ONE };
-                    gemm(cm.as_mut(), beta, lhs, conj_a, rhs, conj_b, alpha)?;
+        schedule_named(
+            "contract.gemm_pairs",
+            (reads_a, reads_b, writes),
+            move |(xa, xb, mut xc)| {
+                let group = &plan.groups[g];
+                for (local, pairs) in &group.products {
+                    let mut cm = matrix_mut(&mut xc[*local], rows_a)
+                        .ok_or("an output block is a strided matrix")?;
+                    for (n, &(ia, ib)) in group.pairs[pairs.clone()].iter().enumerate() {
+                        let lhs = matrix_ref(&xa[ia], rows_a).ok_or("a block of A' is a matrix")?;
+                        let rhs = matrix_ref(&xb[ib], rows_b).ok_or("a block of B' is a matrix")?;
+                        let beta = if n == 0 { first_beta } else { T::ONE };
+                        gemm(cm.as_mut(), beta, lhs, conj_a, rhs, conj_b, alpha)?;
+                    }
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            },
+        )?;
     }
     for run in &plan.sector_groups {
         // One view per operand for the whole batch: one region and one composite each.
@@ -270,20 +274,24 @@ fn submit<T: Field, S: AbelianSector>(
         } else {
             out.into_write()
         };
-        schedule((lhs, rhs, out), move |(lhs, rhs, mut out)| {
-            for i in 0..out.len() {
-                gemm(
-                    out.get_mut(i),
-                    first_beta,
-                    lhs.get(i),
-                    conj_a,
-                    rhs.get(i),
-                    conj_b,
-                    alpha,
-                )?;
-            }
-            Ok(())
-        })?;
+        schedule_named(
+            "contract.gemm_sectors",
+            (lhs, rhs, out),
+            move |(lhs, rhs, mut out)| {
+                for i in 0..out.len() {
+                    gemm(
+                        out.get_mut(i),
+                        first_beta,
+                        lhs.get(i),
+                        conj_a,
+                        rhs.get(i),
+                        conj_b,
+                        alpha,
+                    )?;
+                }
+                Ok(())
+            },
+        )?;
     }
     // Blocks no pair writes: zero where the GEMMs overwrite (a new array, the product
     // temporary, or beta = 0, which ignores C as BLAS does), else scaled by beta.

@@ -314,6 +314,20 @@ where
     Runtime::current().schedule(access, kernel)
 }
 
+/// Like [`schedule`], with the name the task timeline shows for it (see
+/// [`Runtime::start_trace`]).
+///
+/// # Errors
+///
+/// As [`schedule`].
+pub fn schedule_named<A, F>(name: &'static str, access: A, kernel: F) -> Result<TaskId>
+where
+    A: Access,
+    F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
+{
+    Runtime::current().schedule_named(name, access, kernel)
+}
+
 /// Hands a ready node to whoever runs it: a worker for a job, the host for a wait.
 fn dispatch(node: Arc<TaskNode>) {
     match node.take_work() {
