@@ -1,4 +1,4 @@
-//! Operations on `AsyncArray`s, enrolled as scheduled tasks, one per block.
+//! Operations on `AsyncArray`s, enrolled as scheduled tasks over blocks.
 //!
 //! Owns: [`Blocks`] (which blocks an operation touches) and the operations: scale, axpy,
 //! add, conj, copy, norm, inner product, leg permutation with a new codomain/domain split
@@ -6,9 +6,11 @@
 //!
 //! - Every operation checks its operands (structures, block ids, aliasing) before it enrolls
 //!   anything: an error means nothing was enrolled and nothing was written.
-//! - Each block is one task over that block's records only, so work on different blocks
-//!   runs in parallel and work on one block keeps program order; reductions (norm, inner)
-//!   are one task per block plus one that sums the partial results.
+//! - A task covers one block, or a run of consecutive small blocks holding at least
+//!   [`GROUP_ELEMS`] elements (a task costs about as much to enroll and run as copying a
+//!   few thousand elements), and enrolls on exactly those blocks' records: work on
+//!   different tasks' blocks runs in parallel and work on one block keeps program order.
+//!   Reductions (norm, inner) are one partial result per task plus one task that sums them.
 
 use crate::array::{AsyncArray, BlockAlias};
 use crate::error::Error;
@@ -17,7 +19,7 @@ use crate::structure::{BlockStructure, Permuted};
 use std::sync::Arc;
 use tessera_backends::Scalar;
 use tessera_backends::cpu;
-use tessera_core::{Async, KernelError, schedule};
+use tessera_core::{Alias, Async, KernelError, schedule_named};
 
 /// The blocks an operation touches.
 #[derive(Clone, Copy, Debug)]
@@ -53,7 +55,7 @@ fn describe<S: AbelianSector>(s: &BlockStructure<S>) -> String {
     s.summary()
 }
 
-/// The fewest elements one relabelling task moves (unless the blocks run out).
+/// The fewest elements one task of an operation covers (unless the blocks run out).
 const GROUP_ELEMS: usize = 16 * 1024;
 
 fn kernel_error(e: impl std::error::Error + Send + Sync + 'static) -> KernelError {
@@ -79,12 +81,58 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             .collect()
     }
 
+    /// `ids` cut into runs of consecutive entries holding at least [`GROUP_ELEMS`] elements
+    /// each (the last run may hold fewer): one task per run.
+    fn runs<'i>(&self, ids: &'i [usize]) -> Vec<&'i [usize]> {
+        let mut runs = Vec::new();
+        let (mut start, mut elems) = (0, 0);
+        for (k, &i) in ids.iter().enumerate() {
+            elems += self.structure().block(i).expect("ids were checked").len();
+            if elems >= GROUP_ELEMS {
+                runs.push(&ids[start..=k]);
+                (start, elems) = (k + 1, 0);
+            }
+        }
+        if start < ids.len() {
+            runs.push(&ids[start..]);
+        }
+        runs
+    }
+
+    /// Reads of blocks `ids`, for one task.
+    fn reads(&self, ids: &[usize]) -> Vec<tessera_core::ReadBuffer<crate::BlockRegion<T>>> {
+        self.blocks_of(ids)
+            .into_iter()
+            .map(Alias::into_read)
+            .collect()
+    }
+
+    /// Updates (`overwrite`: overwrites) of blocks `ids`, for one task.
+    fn writes(
+        &self,
+        ids: &[usize],
+        overwrite: bool,
+    ) -> Vec<tessera_core::WriteBuffer<crate::BlockRegion<T>>> {
+        self.blocks_of(ids)
+            .into_iter()
+            .map(|b| {
+                if overwrite {
+                    b.into_overwrite()
+                } else {
+                    b.into_write()
+                }
+            })
+            .collect()
+    }
+
     /// `self <- alpha * self` on the selected blocks.
     pub fn scale(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
         let ids = blocks.resolve(self.num_blocks())?;
-        for b in self.blocks_of(&ids) {
-            schedule(b.write(), move |mut y| {
-                cpu::scale(&mut y, alpha);
+        for run in self.runs(&ids) {
+            schedule_named("blocks.scale", self.writes(run, false), move |ys| {
+                for mut y in ys {
+                    cpu::scale(&mut y, alpha);
+                }
                 Ok(())
             })?;
         }
@@ -103,9 +151,13 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             return Err(Error::AliasedOperands { operation: "axpy" });
         }
         let ids = blocks.resolve(self.num_blocks())?;
-        for (xb, yb) in x.blocks_of(&ids).into_iter().zip(self.blocks_of(&ids)) {
-            schedule((xb.read(), yb.write()), move |(x, mut y)| {
-                cpu::axpy(alpha, &x, &mut y).map_err(kernel_error)
+        for run in self.runs(&ids) {
+            let access = (x.reads(run), self.writes(run, false));
+            schedule_named("blocks.axpy", access, move |(xs, ys)| {
+                for (x, mut y) in xs.into_iter().zip(ys) {
+                    cpu::axpy(alpha, &x, &mut y).map_err(kernel_error)?;
+                }
+                Ok(())
             })?;
         }
         Ok(())
@@ -125,26 +177,25 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         }
         let ids = blocks.resolve(self.num_blocks())?;
         let out = Self::zeros(Arc::clone(self.structure()));
-        for (k, (src, dst)) in self
-            .blocks_of(&ids)
-            .into_iter()
-            .zip(out.blocks_of(&ids))
-            .enumerate()
-        {
+        for run in self.runs(&ids) {
+            let (xs, ys) = (self.reads(run), out.writes(run, true));
             match other {
-                None => schedule((src.read(), dst.overwrite()), move |(x, mut y)| {
-                    cpu::copy_scaled(alpha, &x, conj, T::ZERO, &mut y).map_err(kernel_error)
+                None => schedule_named("blocks.copy", (xs, ys), move |(xs, ys)| {
+                    for (x, mut y) in xs.into_iter().zip(ys) {
+                        cpu::copy_scaled(alpha, &x, conj, T::ZERO, &mut y).map_err(kernel_error)?;
+                    }
+                    Ok(())
                 })?,
                 Some((beta, o)) => {
-                    let ob = o.block(ids[k])?;
-                    schedule(
-                        (src.read(), ob.read(), dst.overwrite()),
-                        move |(x, z, mut y)| {
+                    let access = (xs, o.reads(run), ys);
+                    schedule_named("blocks.add", access, move |(xs, zs, ys)| {
+                        for ((x, z), mut y) in xs.into_iter().zip(zs).zip(ys) {
                             cpu::copy_scaled(beta, &z, false, T::ZERO, &mut y)
                                 .map_err(kernel_error)?;
-                            cpu::axpy(alpha, &x, &mut y).map_err(kernel_error)
-                        },
-                    )?
+                            cpu::axpy(alpha, &x, &mut y).map_err(kernel_error)?;
+                        }
+                        Ok(())
+                    })?
                 }
             };
         }
@@ -180,9 +231,13 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             });
         }
         let ids = blocks.resolve(self.num_blocks())?;
-        for (xb, yb) in src.blocks_of(&ids).into_iter().zip(self.blocks_of(&ids)) {
-            schedule((xb.read(), yb.overwrite()), |(x, mut y)| {
-                cpu::copy_scaled(T::ONE, &x, false, T::ZERO, &mut y).map_err(kernel_error)
+        for run in self.runs(&ids) {
+            let access = (src.reads(run), self.writes(run, true));
+            schedule_named("blocks.copy", access, |(xs, ys)| {
+                for (x, mut y) in xs.into_iter().zip(ys) {
+                    cpu::copy_scaled(T::ONE, &x, false, T::ZERO, &mut y).map_err(kernel_error)?;
+                }
+                Ok(())
             })?;
         }
         Ok(())
@@ -195,27 +250,38 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ) -> Result<Async<R>, Error> {
         let out = Async::new(R::ZERO);
         let reads: Vec<_> = parts.iter().map(Async::read).collect();
-        schedule((reads, out.overwrite()), move |(parts, out)| {
-            let mut acc = R::ZERO;
-            for p in parts {
-                acc += *p;
-            }
-            *out = finish(acc);
-            Ok(())
-        })?;
+        schedule_named(
+            "blocks.reduce",
+            (reads, out.overwrite()),
+            move |(parts, out)| {
+                let mut acc = R::ZERO;
+                for p in parts {
+                    acc += *p;
+                }
+                *out = finish(acc);
+                Ok(())
+            },
+        )?;
         Ok(out)
     }
 
     /// The Frobenius norm of the selected blocks, computed by scheduled tasks.
     pub fn norm(&self, blocks: Blocks<'_>) -> Result<Async<T::Real>, Error> {
         let ids = blocks.resolve(self.num_blocks())?;
-        let mut parts = Vec::with_capacity(ids.len());
-        for b in self.blocks_of(&ids) {
+        let mut parts = Vec::new();
+        for run in self.runs(&ids) {
             let part = Async::new(T::Real::ZERO);
-            schedule((b.read(), part.overwrite()), |(x, p)| {
-                *p = cpu::norm_sqr(&x);
-                Ok(())
-            })?;
+            schedule_named(
+                "blocks.norm",
+                (self.reads(run), part.overwrite()),
+                |(xs, p)| {
+                    *p = xs
+                        .iter()
+                        .map(|x| cpu::norm_sqr(x))
+                        .fold(T::Real::ZERO, |a, b| a + b);
+                    Ok(())
+                },
+            )?;
             parts.push(part);
         }
         Self::reduce(parts, T::sqrt_real)
@@ -225,11 +291,16 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     pub fn inner(&self, other: &Self, blocks: Blocks<'_>) -> Result<Async<T>, Error> {
         self.check_same_structure(other)?;
         let ids = blocks.resolve(self.num_blocks())?;
-        let mut parts = Vec::with_capacity(ids.len());
-        for (a, b) in self.blocks_of(&ids).into_iter().zip(other.blocks_of(&ids)) {
+        let mut parts = Vec::new();
+        for run in self.runs(&ids) {
             let part = Async::new(T::ZERO);
-            schedule((a.read(), b.read(), part.overwrite()), |(x, y, p)| {
-                *p = cpu::dot(&x, &y).map_err(kernel_error)?;
+            let access = (self.reads(run), other.reads(run), part.overwrite());
+            schedule_named("blocks.inner", access, |(xs, ys, p)| {
+                let mut acc = T::ZERO;
+                for (x, y) in xs.iter().zip(&ys) {
+                    acc += cpu::dot(x, y).map_err(kernel_error)?;
+                }
+                *p = acc;
                 Ok(())
             })?;
             parts.push(part);
@@ -351,13 +422,13 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             let mut writes = Vec::with_capacity(group.len());
             let mut signs = Vec::with_capacity(group.len());
             for &(i, j, sign) in group.iter() {
-                reads.push(self.block(i)?.read());
-                writes.push(out.block(j)?.overwrite());
+                reads.push(self.block(i)?.into_read());
+                writes.push(out.block(j)?.into_overwrite());
                 signs.push(sign);
             }
             group.clear();
             let perm = perm.to_vec();
-            schedule((reads, writes), move |(xs, ys)| {
+            schedule_named("blocks.permute", (reads, writes), move |(xs, ys)| {
                 for ((x, mut y), sign) in xs.into_iter().zip(ys).zip(signs) {
                     let xp = x
                         .permute_axes(&perm)
