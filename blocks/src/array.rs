@@ -31,8 +31,9 @@ use tessera_core::{
 pub struct BlockRegion<T> {
     buffer: Arc<SharedBuffer<T>>,
     offset: usize,
-    dims: SmallVec<[usize; 4]>,
-    strides: SmallVec<[isize; 4]>,
+    // Six legs inline: the tensors of DMRG and coupled cluster have up to six.
+    dims: SmallVec<[usize; 6]>,
+    strides: SmallVec<[isize; 6]>,
 }
 
 impl<T: Scalar> BlockRegion<T> {
@@ -53,8 +54,9 @@ impl<T: Scalar> BlockRegion<T> {
 }
 
 // SAFETY: the region reaches only its block's elements, inside the allocation it keeps alive
-// (the extent is checked when the region is made); it is paired only with its block's record
-// (in `AsyncArray::block`), and distinct blocks never overlap.
+// (every block's extent is checked when the array is made, the whole allocation's trivially);
+// it is paired only with its block's record (in `AsyncArray::block`), or the whole
+// allocation with every record (`whole`), and distinct blocks never overlap.
 unsafe impl<T: Scalar> Region for BlockRegion<T> {
     type Ref<'a> = StridedRef<'a, T>;
     type Mut<'a> = StridedMut<'a, T>;
@@ -147,13 +149,23 @@ fn for_each_dense<S: AbelianSector>(
         .zip(strides)
         .map(|((&seg, leg), &st)| leg.offset(seg).expect("segment of the leg") * st)
         .sum();
-    let strides: SmallVec<[isize; 4]> = strides.iter().map(|&s| s as isize).collect();
+    let strides: SmallVec<[isize; 6]> = strides.iter().map(|&s| s as isize).collect();
     for_each_offset(block.shape(), &strides, |k, at| f(base + at as usize, k));
 }
 
 impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     fn from_buffer(structure: Arc<BlockStructure<S>>, buffer: SharedBuffer<T>) -> Self {
         debug_assert_eq!(buffer.len(), structure.total_len());
+        // Every block's extent, checked once here (the structure's layout guarantees it; the
+        // regions `block` makes rely on it): the structure and the buffer never change.
+        for b in structure.blocks() {
+            let strides: SmallVec<[isize; 6]> = b.strides().iter().map(|&s| s as isize).collect();
+            assert!(
+                buffer.check_extent(b.offset(), b.shape(), &strides),
+                "the structure places block {} inside the allocation",
+                b.id()
+            );
+        }
         let records = (0..structure.num_blocks())
             .map(|_| HazardRecord::new())
             .collect();
@@ -283,7 +295,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                     given: values.len(),
                 });
             }
-            let strides: SmallVec<[isize; 4]> =
+            let strides: SmallVec<[isize; 6]> =
                 block.strides().iter().map(|&s| s as isize).collect();
             let base = block.offset();
             for_each_offset(block.shape(), &strides, |k, at| {
@@ -331,13 +343,14 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             dims: block.shape().into(),
             strides: block.strides().iter().map(|&s| s as isize).collect(),
         };
-        assert!(
+        debug_assert!(
             self.buffer
                 .check_extent(region.offset, &region.dims, &region.strides),
-            "the structure places block {id} inside the allocation"
+            "checked in from_buffer"
         );
-        // SAFETY: the region covers exactly block `id`'s elements, which no other block
-        // shares, and it is paired with block `id`'s own record.
+        // SAFETY: the region covers exactly block `id`'s elements (its extent was checked
+        // when the array was made), which no other block shares, and it is paired with block
+        // `id`'s own record.
         Ok(unsafe { Alias::from_parts(region, HazardSet::one(Arc::clone(&self.records[id]))) })
     }
 
