@@ -418,15 +418,43 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// The whole allocation as one flat alias, ordered by every block's record: for waiting
     /// on the whole array without a handle per block.
     fn whole(&self) -> BlockAlias<T> {
+        self.sectors_span(0..self.structure.sectors().len())
+    }
+
+    /// Coupled sectors `sectors` as one flat alias (a one-axis view of their consecutive
+    /// regions), ordered by the records of exactly their blocks: for elementwise operations,
+    /// which need no block shapes.
+    pub(crate) fn sectors_span(&self, sectors: std::ops::Range<usize>) -> BlockAlias<T> {
+        let all = self.structure.sectors();
+        let (elems, blocks) = match (all.get(sectors.start), sectors.end.checked_sub(1)) {
+            (Some(first), Some(last)) if sectors.start < sectors.end => {
+                let last = &all[last];
+                (
+                    first.offset()..last.offset() + last.len(),
+                    first.blocks().start..last.blocks().end,
+                )
+            }
+            _ => (0..0, 0..0),
+        };
         let region = BlockRegion {
             buffer: Arc::clone(&self.buffer),
-            offset: 0,
-            dims: [self.structure.total_len()].into_iter().collect(),
+            offset: elems.start,
+            dims: [elems.len()].into_iter().collect(),
             strides: [1].into_iter().collect(),
         };
-        // SAFETY: the region is the whole allocation, whose elements are exactly the blocks'
-        // elements (the structure's layout), and it is paired with every block's record.
-        unsafe { Alias::from_parts(region, self.hazards()) }
+        assert!(
+            self.buffer
+                .check_extent(region.offset, &region.dims, &region.strides),
+            "sector regions lie inside the allocation"
+        );
+        let hazards = self
+            .hazards_of(blocks)
+            .expect("a sector's blocks are blocks");
+        // SAFETY: the regions of consecutive sectors follow each other and hold exactly the
+        // elements of their blocks, whose ids are consecutive too (the structure's layout), so
+        // the span's elements are exactly those blocks' elements, and it is paired with their
+        // records.
+        unsafe { Alias::from_parts(region, hazards) }
     }
 
     fn all_blocks(&self) -> Vec<BlockAlias<T>> {

@@ -58,6 +58,18 @@ fn describe<S: AbelianSector>(s: &BlockStructure<S>) -> String {
 /// The fewest elements one task of an operation covers (unless the blocks run out).
 const GROUP_ELEMS: usize = 16 * 1024;
 
+/// The most elements of one coupled sector an elementwise task treats as one flat span; a
+/// larger sector's blocks get tasks of their own, which run in parallel.
+const SPAN_ELEMS: usize = 1 << 18;
+
+/// What one task of an elementwise operation covers.
+enum Piece<'i> {
+    /// Consecutive coupled sectors, as one flat span of the allocation.
+    Span(std::ops::Range<usize>),
+    /// Consecutive selected blocks, each with its shape.
+    Blocks(&'i [usize]),
+}
+
 fn kernel_error(e: impl std::error::Error + Send + Sync + 'static) -> KernelError {
     Box::new(e)
 }
@@ -81,54 +93,88 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             .collect()
     }
 
-    /// `ids` cut into runs of consecutive entries holding at least [`GROUP_ELEMS`] elements
-    /// each (the last run may hold fewer): one task per run.
-    fn runs<'i>(&self, ids: &'i [usize]) -> Vec<&'i [usize]> {
-        let mut runs = Vec::new();
+    /// What the tasks of an elementwise operation cover: runs of consecutive entries of
+    /// `ids` holding at least [`GROUP_ELEMS`] elements each (the last may hold fewer); with
+    /// every block selected (`all`), runs of whole coupled sectors as flat spans instead
+    /// (elementwise work needs no block shapes), except that a sector above [`SPAN_ELEMS`]
+    /// keeps its blocks as separate runs, so its blocks' tasks still run in parallel.
+    fn pieces<'i>(&self, ids: &'i [usize], all: bool) -> Vec<Piece<'i>> {
+        let mut pieces = Vec::new();
+        let block_runs = |ids: &'i [usize], pieces: &mut Vec<Piece<'i>>| {
+            let (mut start, mut elems) = (0, 0);
+            for (k, &i) in ids.iter().enumerate() {
+                elems += self.structure().block(i).expect("ids were checked").len();
+                if elems >= GROUP_ELEMS {
+                    pieces.push(Piece::Blocks(&ids[start..=k]));
+                    (start, elems) = (k + 1, 0);
+                }
+            }
+            if start < ids.len() {
+                pieces.push(Piece::Blocks(&ids[start..]));
+            }
+        };
+        if !all {
+            block_runs(ids, &mut pieces);
+            return pieces;
+        }
         let (mut start, mut elems) = (0, 0);
-        for (k, &i) in ids.iter().enumerate() {
-            elems += self.structure().block(i).expect("ids were checked").len();
+        for (c, sector) in self.structure().sectors().iter().enumerate() {
+            if sector.len() > SPAN_ELEMS {
+                if start < c {
+                    pieces.push(Piece::Span(start..c));
+                }
+                block_runs(&ids[sector.blocks()], &mut pieces);
+                (start, elems) = (c + 1, 0);
+                continue;
+            }
+            elems += sector.len();
             if elems >= GROUP_ELEMS {
-                runs.push(&ids[start..=k]);
-                (start, elems) = (k + 1, 0);
+                pieces.push(Piece::Span(start..c + 1));
+                (start, elems) = (c + 1, 0);
             }
         }
-        if start < ids.len() {
-            runs.push(&ids[start..]);
+        let n = self.structure().sectors().len();
+        if start < n {
+            pieces.push(Piece::Span(start..n));
         }
-        runs
+        pieces
     }
 
-    /// Reads of blocks `ids`, for one task.
-    fn reads(&self, ids: &[usize]) -> Vec<tessera_core::ReadBuffer<crate::BlockRegion<T>>> {
-        self.blocks_of(ids)
-            .into_iter()
-            .map(Alias::into_read)
-            .collect()
+    /// Reads of a piece, for one task.
+    fn reads(&self, piece: &Piece<'_>) -> Vec<tessera_core::ReadBuffer<crate::BlockRegion<T>>> {
+        match piece {
+            Piece::Span(sectors) => vec![self.sectors_span(sectors.clone()).into_read()],
+            Piece::Blocks(ids) => self
+                .blocks_of(ids)
+                .into_iter()
+                .map(Alias::into_read)
+                .collect(),
+        }
     }
 
-    /// Updates (`overwrite`: overwrites) of blocks `ids`, for one task.
+    /// Updates (`overwrite`: overwrites) of a piece, for one task.
     fn writes(
         &self,
-        ids: &[usize],
+        piece: &Piece<'_>,
         overwrite: bool,
     ) -> Vec<tessera_core::WriteBuffer<crate::BlockRegion<T>>> {
-        self.blocks_of(ids)
-            .into_iter()
-            .map(|b| {
-                if overwrite {
-                    b.into_overwrite()
-                } else {
-                    b.into_write()
-                }
-            })
-            .collect()
+        let mode = |b: BlockAlias<T>| {
+            if overwrite {
+                b.into_overwrite()
+            } else {
+                b.into_write()
+            }
+        };
+        match piece {
+            Piece::Span(sectors) => vec![mode(self.sectors_span(sectors.clone()))],
+            Piece::Blocks(ids) => self.blocks_of(ids).into_iter().map(mode).collect(),
+        }
     }
 
     /// `self <- alpha * self` on the selected blocks.
     pub fn scale(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
         let ids = blocks.resolve(self.num_blocks())?;
-        for run in self.runs(&ids) {
+        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             schedule_named("blocks.scale", self.writes(run, false), move |ys| {
                 for mut y in ys {
                     cpu::scale(&mut y, alpha);
@@ -151,7 +197,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             return Err(Error::AliasedOperands { operation: "axpy" });
         }
         let ids = blocks.resolve(self.num_blocks())?;
-        for run in self.runs(&ids) {
+        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let access = (x.reads(run), self.writes(run, false));
             schedule_named("blocks.axpy", access, move |(xs, ys)| {
                 for (x, mut y) in xs.into_iter().zip(ys) {
@@ -177,7 +223,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         }
         let ids = blocks.resolve(self.num_blocks())?;
         let out = Self::zeros(Arc::clone(self.structure()));
-        for run in self.runs(&ids) {
+        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let (xs, ys) = (self.reads(run), out.writes(run, true));
             match other {
                 None => schedule_named("blocks.copy", (xs, ys), move |(xs, ys)| {
@@ -231,7 +277,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             });
         }
         let ids = blocks.resolve(self.num_blocks())?;
-        for run in self.runs(&ids) {
+        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let access = (src.reads(run), self.writes(run, true));
             schedule_named("blocks.copy", access, |(xs, ys)| {
                 for (x, mut y) in xs.into_iter().zip(ys) {
@@ -269,7 +315,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     pub fn norm(&self, blocks: Blocks<'_>) -> Result<Async<T::Real>, Error> {
         let ids = blocks.resolve(self.num_blocks())?;
         let mut parts = Vec::new();
-        for run in self.runs(&ids) {
+        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let part = Async::new(T::Real::ZERO);
             schedule_named(
                 "blocks.norm",
@@ -292,7 +338,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         self.check_same_structure(other)?;
         let ids = blocks.resolve(self.num_blocks())?;
         let mut parts = Vec::new();
-        for run in self.runs(&ids) {
+        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let part = Async::new(T::ZERO);
             let access = (self.reads(run), other.reads(run), part.overwrite());
             schedule_named("blocks.inner", access, |(xs, ys, p)| {
@@ -908,5 +954,60 @@ mod tests {
             blocks[1].iter().all(|&v| v == want),
             "updates of one block ran in order"
         );
+    }
+}
+
+#[cfg(test)]
+mod span_tests {
+    use super::*;
+    use crate::{Direction, Leg, Trivial};
+
+    /// Elementwise operations over every block take both paths: a coupled sector of 3 x 3
+    /// blocks above `SPAN_ELEMS` elements (its blocks as tasks of their own), and forty
+    /// small sectors (one flat span).
+    #[test]
+    fn elementwise_operations_over_big_and_small_sectors_match_the_dense_result() {
+        let big = Leg::<Trivial>::tiling(&[400, 300, 250]).unwrap();
+        let s = Arc::new(BlockStructure::new([big.clone()], [big.dual()], Trivial).unwrap());
+        assert!(s.sectors()[0].len() > SPAN_ELEMS && s.num_blocks() == 9);
+        let small = Leg::new(Direction::In, (0..40).map(|q| (crate::U1(q), 3))).unwrap();
+        let u =
+            Arc::new(BlockStructure::new([small.clone()], [small.dual()], crate::U1(0)).unwrap());
+        let (x, y) = (
+            AsyncArray::<f64, Trivial>::random(Arc::clone(&s), 1),
+            AsyncArray::random(Arc::clone(&s), 2),
+        );
+        check(&x, &y);
+        let (x, y) = (
+            AsyncArray::<f64, crate::U1>::random(Arc::clone(&u), 3),
+            AsyncArray::random(u, 4),
+        );
+        check(&x, &y);
+    }
+
+    fn check<S: AbelianSector>(x: &AsyncArray<f64, S>, y: &AsyncArray<f64, S>) {
+        let (dx, dy) = (x.to_dense().unwrap(), y.to_dense().unwrap());
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * (1.0 + b.abs());
+        let dot: f64 = dx.iter().zip(&dy).map(|(a, b)| a * b).sum();
+        assert!(close(x.inner(y, Blocks::All).unwrap().get().unwrap(), dot));
+        let nrm = dx.iter().map(|a| a * a).sum::<f64>().sqrt();
+        assert!(close(x.norm(Blocks::All).unwrap().get().unwrap(), nrm));
+        let sum = x.add(y, Blocks::All).unwrap().to_dense().unwrap();
+        assert!(
+            sum.iter()
+                .zip(dx.iter().zip(&dy))
+                .all(|(s, (a, b))| close(*s, a + b))
+        );
+        let z = x.duplicate();
+        z.axpy(-2.0, y, Blocks::All).unwrap();
+        z.scale(0.5, Blocks::All).unwrap();
+        let got = z.to_dense().unwrap();
+        assert!(
+            got.iter()
+                .zip(dx.iter().zip(&dy))
+                .all(|(g, (a, b))| close(*g, 0.5 * (a - 2.0 * b)))
+        );
+        z.copy_from(y, Blocks::All).unwrap();
+        assert_eq!(z.to_dense().unwrap(), dy);
     }
 }
