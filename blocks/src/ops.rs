@@ -222,8 +222,14 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             self.check_same_structure(o)?;
         }
         let ids = blocks.resolve(self.num_blocks())?;
-        let out = Self::zeros(Arc::clone(self.structure()));
-        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
+        let all = matches!(blocks, Blocks::All);
+        // Every block is overwritten when all are selected; else the others stay zero.
+        let out = if all {
+            Self::empty(Arc::clone(self.structure()))
+        } else {
+            Self::zeros(Arc::clone(self.structure()))
+        };
+        for run in &self.pieces(&ids, all) {
             let (xs, ys) = (self.reads(run), out.writes(run, true));
             match other {
                 None => schedule_named("blocks.copy", (xs, ys), move |(xs, ys)| {

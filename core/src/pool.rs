@@ -22,12 +22,12 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 
 /// Allocations below this many bytes go straight back to the allocator, which serves them
-/// cheaply from its own free lists.
-pub const POOL_MIN_BYTES: usize = 256 << 10;
+/// cheaply from its own free lists (glibc maps larger ones afresh, page faults and all).
+pub const POOL_MIN_BYTES: usize = 64 << 10;
 /// The most bytes the pool keeps.
 pub const POOL_BYTES: usize = 512 << 20;
 /// The most allocations the pool keeps.
-pub const POOL_ENTRIES: usize = 64;
+pub const POOL_ENTRIES: usize = 256;
 
 #[cfg(not(loom))]
 mod imp {
