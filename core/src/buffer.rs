@@ -447,6 +447,11 @@ const TILE_DST: usize = 64;
 /// The square a full tile is moved through: 8 x 8 elements, which the compiler keeps in
 /// vector registers.
 const MICRO: usize = 8;
+/// The sub-rectangles a vector transpose is handed: at most this many rows and columns, so
+/// that the source rows and destination columns one call touches stay within reach of the
+/// TLB and the prefetchers, however large the block.
+const KERNEL_TILE: usize = 64;
+const _: () = assert!(KERNEL_TILE % MICRO == 0);
 
 /// Hints the cache to fetch the line holding `p`. A hint only: it never faults, whatever
 /// `p` is, and does nothing on targets without the instruction.
@@ -524,6 +529,10 @@ fn transpose_kernel<T: 'static>() -> Option<TransposeKernel> {
             return None;
         }
         if bits8.contains(&t) {
+            #[cfg(feature = "avx512")]
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Some(simd::transpose_b8_avx512);
+            }
             return Some(simd::transpose_b8);
         }
         if t == TypeId::of::<Complex<f64>>() {
@@ -538,18 +547,30 @@ fn transpose_kernel<T: 'static>() -> Option<TransposeKernel> {
     None
 }
 
-/// AVX2 register transposes of 8 x 8 squares of 4-, 8- and 16-byte elements.
+/// AVX2 register transposes of 8 x 8 squares of 4-, 8- and 16-byte elements, and (with the
+/// `avx512` feature) an AVX-512 one for 8-byte elements, chosen where the CPU has AVX-512F.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod simd {
     use super::MICRO;
     use std::arch::x86_64::*;
 
-    /// Prefetches the source lines of the next band (the same columns, `MICRO` rows on):
-    /// a strided band start gives the hardware prefetcher no hint.
+    /// Prefetches the source lines of the next band (the same columns, `MICRO` rows on): a
+    /// strided band start gives the hardware prefetcher no hint. `elem` is the element size
+    /// in bytes; a row of a square spans `MICRO * elem` bytes, one prefetch per 64-byte line.
     #[inline(always)]
-    fn prefetch_next_band(src: *const u8, ld_src_bytes: isize, k: usize, rows: usize) {
+    fn prefetch_next_band(
+        src: *const u8,
+        ld_src: isize,
+        elem: usize,
+        k: usize,
+        j: usize,
+        rows: usize,
+    ) {
         for r in (k + MICRO)..(k + 2 * MICRO).min(rows) {
-            super::prefetch(src.wrapping_offset(r as isize * ld_src_bytes));
+            let line = src.wrapping_offset((r as isize * ld_src + j as isize) * elem as isize);
+            for b in (0..MICRO * elem).step_by(64) {
+                super::prefetch(line.wrapping_add(b));
+            }
         }
     }
 
@@ -571,9 +592,12 @@ mod simd {
         cols: usize,
     ) {
         let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
+        // Bands of `MICRO` rows outer: along a band the source is read as `MICRO` sequential
+        // streams, which the hardware prefetches, and each square writes whole destination
+        // lines.
         for k in (0..rows).step_by(MICRO) {
             for j in (0..cols).step_by(MICRO) {
-                prefetch_next_band(src.wrapping_add(j).cast(), ld_src * 8, k, rows);
+                prefetch_next_band(src.cast(), ld_src, 8, k, j, rows);
                 // SAFETY: rows k..k + 8 <= rows and columns j..j + 8 <= cols: inside the
                 // regions the caller vouches for. Unaligned loads and stores; AVX2 is
                 // enabled on this function.
@@ -618,6 +642,74 @@ mod simd {
         }
     }
 
+    /// 8-byte elements with AVX-512: each row of a square is one 8-lane vector (one whole
+    /// line when aligned); pairs, then quads, then halves are interleaved with two-source
+    /// lane permutes, and each destination column is one 8-lane store.
+    ///
+    /// # Safety
+    ///
+    /// As [`transpose_b8`], with AVX-512F in place of AVX2.
+    #[cfg(feature = "avx512")]
+    #[clippy::msrv = "1.89"]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn transpose_b8_avx512(
+        dst: *mut u8,
+        ld_dst: isize,
+        src: *const u8,
+        ld_src: isize,
+        rows: usize,
+        cols: usize,
+    ) {
+        let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
+        // Lane indices of `_mm512_permutex2var_pd(a, idx, b)`: 0..8 pick from `a`, 8..16
+        // from `b`. Quads: [a0 a1 b0 b1 a4 a5 b4 b5] and [a2 a3 b2 b3 a6 a7 b6 b7];
+        // halves: the low and the high four lanes of `a` then of `b`.
+        let quad_lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+        let quad_hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+        let half_lo = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
+        let half_hi = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+        // Bands of `MICRO` rows outer, as in `transpose_b8`.
+        for k in (0..rows).step_by(MICRO) {
+            for j in (0..cols).step_by(MICRO) {
+                prefetch_next_band(src.cast(), ld_src, 8, k, j, rows);
+                // SAFETY: rows k..k + 8 <= rows and columns j..j + 8 <= cols: inside the
+                // regions the caller vouches for. Unaligned loads and stores; AVX-512F is
+                // enabled on this function.
+                unsafe {
+                    let s = src.offset(k as isize * ld_src + j as isize);
+                    let d = dst.offset(k as isize + j as isize * ld_dst);
+                    let mut r = [_mm512_setzero_pd(); 8];
+                    for (i, v) in r.iter_mut().enumerate() {
+                        *v = _mm512_loadu_pd(s.offset(i as isize * ld_src));
+                    }
+                    // t[2p] holds (row 2p, row 2p + 1) at the even columns, t[2p + 1] at
+                    // the odd ones: [x0 y0 x2 y2 x4 y4 x6 y6], [x1 y1 x3 y3 ...].
+                    let mut t = [_mm512_setzero_pd(); 8];
+                    for p in 0..4 {
+                        t[2 * p] = _mm512_unpacklo_pd(r[2 * p], r[2 * p + 1]);
+                        t[2 * p + 1] = _mm512_unpackhi_pd(r[2 * p], r[2 * p + 1]);
+                    }
+                    // q[4h + c] (c < 4): rows 4h..4h + 4 of columns c (low half) and c + 4
+                    // (high half).
+                    let mut q = [_mm512_setzero_pd(); 8];
+                    for h in 0..2 {
+                        let (e0, o0, e1, o1) = (t[4 * h], t[4 * h + 1], t[4 * h + 2], t[4 * h + 3]);
+                        q[4 * h] = _mm512_permutex2var_pd(e0, quad_lo, e1);
+                        q[4 * h + 1] = _mm512_permutex2var_pd(o0, quad_lo, o1);
+                        q[4 * h + 2] = _mm512_permutex2var_pd(e0, quad_hi, e1);
+                        q[4 * h + 3] = _mm512_permutex2var_pd(o0, quad_hi, o1);
+                    }
+                    for c in 0..4 {
+                        let lo = _mm512_permutex2var_pd(q[c], half_lo, q[c + 4]);
+                        let hi = _mm512_permutex2var_pd(q[c], half_hi, q[c + 4]);
+                        _mm512_storeu_pd(d.offset(c as isize * ld_dst), lo);
+                        _mm512_storeu_pd(d.offset((c + 4) as isize * ld_dst), hi);
+                    }
+                }
+            }
+        }
+    }
+
     /// 16-byte elements: each row of a square is four 2-lane vectors; 2 x 2 transposes of
     /// 128-bit halves.
     ///
@@ -635,9 +727,12 @@ mod simd {
     ) {
         // Two f64 lanes per element: offsets double.
         let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
+        // Bands of `MICRO` rows outer: along a band the source is read as `MICRO` sequential
+        // streams, which the hardware prefetches, and each square writes whole destination
+        // lines.
         for k in (0..rows).step_by(MICRO) {
             for j in (0..cols).step_by(MICRO) {
-                prefetch_next_band(src.wrapping_add(2 * j).cast(), ld_src * 16, k, rows);
+                prefetch_next_band(src.cast(), ld_src, 16, k, j, rows);
                 // SAFETY: as in `transpose_b8`: the square lies inside the caller's regions.
                 unsafe {
                     let s = src.offset(2 * (k as isize * ld_src + j as isize));
@@ -678,9 +773,12 @@ mod simd {
         cols: usize,
     ) {
         let (dst, src) = (dst.cast::<f32>(), src.cast::<f32>());
+        // Bands of `MICRO` rows outer: along a band the source is read as `MICRO` sequential
+        // streams, which the hardware prefetches, and each square writes whole destination
+        // lines.
         for k in (0..rows).step_by(MICRO) {
             for j in (0..cols).step_by(MICRO) {
-                prefetch_next_band(src.wrapping_add(j).cast(), ld_src * 4, k, rows);
+                prefetch_next_band(src.cast(), ld_src, 4, k, j, rows);
                 // SAFETY: as in `transpose_b8`: the square lies inside the caller's regions.
                 unsafe {
                     let s = src.offset(k as isize * ld_src + j as isize);
@@ -925,8 +1023,8 @@ impl<T: Copy> StridedMut<'_, T> {
     /// any strides): [`assign_map`](Self::assign_map) with the identity, except that a plain
     /// 2-D transpose of `f32`, `f64`, `Complex<f32>`, `Complex<f64>` or 4- and 8-byte
     /// integers moves its full 8 x 8 squares through vector registers where the CPU allows
-    /// (AVX2 on x86-64, detected at run time); the result is the same bits either way.
-    /// Returns `false` (and writes nothing) when the dims differ.
+    /// (AVX2 on x86-64, and AVX-512F for 8-byte types with the `avx512` feature, detected at
+    /// run time); the result is the same bits either way. Returns `false` (and writes nothing) when the dims differ.
     pub fn assign(&mut self, src: &StridedRef<'_, T>) -> bool
     where
         T: 'static,
@@ -1010,12 +1108,27 @@ impl<T: Copy> StridedMut<'_, T> {
                 // destination written in whole lines, one register-sized square at a time.
                 let (n0m, nfm) = (n0 - n0 % MICRO, nf - nf % MICRO);
                 if let Some(kernel) = kernel.filter(|_| n0m > 0 && nfm > 0) {
-                    // SAFETY: the squares span i0 < n0m <= n0 and f < nfm <= nf at an
+                    // SAFETY: each call's rectangle is rows kt..kt + h of 0..n0m and columns
+                    // jt..jt + w of 0..nfm (h, w multiples of MICRO, as KERNEL_TILE is), so
+                    // its squares span i0 < n0m <= n0 and f < nfm <= nf at an
                     // in-range outer index: inside both checked extents, with d0 = sf = 1
                     // and the leading dimensions df, s0 in elements; the grants are
                     // exclusive / shared and distinct. `kernel` was chosen for `T` (= `U`)
                     // and this CPU by `transpose_kernel`.
-                    unsafe { kernel(pd.offset(bd).cast(), df, ps.offset(bs).cast(), s0, n0m, nfm) };
+                    unsafe {
+                        for jt in (0..nfm).step_by(KERNEL_TILE) {
+                            for kt in (0..n0m).step_by(KERNEL_TILE) {
+                                kernel(
+                                    pd.offset(bd + kt as isize + jt as isize * df).cast(),
+                                    df,
+                                    ps.offset(bs + kt as isize * s0 + jt as isize).cast(),
+                                    s0,
+                                    KERNEL_TILE.min(n0m - kt),
+                                    KERNEL_TILE.min(nfm - jt),
+                                )
+                            }
+                        }
+                    };
                     scalar(bd, bs, 0..n0, nfm..nf);
                     scalar(bd, bs, n0m..n0, 0..nfm);
                     return;
@@ -1194,6 +1307,9 @@ mod tests {
                 &[9, 11],
                 &[17, 40],
                 &[64, 64],
+                // Past one `KERNEL_TILE`, with partial tiles and scalar tails.
+                &[72, 136],
+                &[130, 67],
                 &[4, 4, 8, 8],
                 &[3, 8, 5, 9],
             ]
@@ -1224,6 +1340,79 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Each vector kernel, called directly (so the AVX2 ones are tested on machines that
+    /// would pick AVX-512), against `dst[r + c * ld_dst] = src[c + r * ld_src]` on
+    /// rectangles of several multiples of `MICRO`, with padded leading dimensions whose
+    /// padding must stay untouched.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[test]
+    fn every_vector_kernel_equals_the_transpose_definition() {
+        use num_complex::Complex;
+        fn check<T: Copy + PartialEq + std::fmt::Debug>(
+            name: &str,
+            kernel: TransposeKernel,
+            make: impl Fn(usize) -> T,
+            fill: T,
+        ) {
+            for (rows, cols) in [(8, 8), (16, 8), (8, 24), (24, 40), (72, 16), (64, 136)] {
+                for (ps, pd) in [(0, 0), (1, 3), (5, 1)] {
+                    let (ld_src, ld_dst) = (cols + ps, rows + pd);
+                    let src: Vec<T> = (0..rows * ld_src).map(&make).collect();
+                    let mut dst = vec![fill; cols * ld_dst];
+                    // SAFETY: `src` holds rows x ld_src elements and `dst` cols x ld_dst, so
+                    // every square the kernel touches lies inside them; they are distinct
+                    // vectors; the CPU feature was checked by the caller.
+                    unsafe {
+                        kernel(
+                            dst.as_mut_ptr().cast(),
+                            ld_dst as isize,
+                            src.as_ptr().cast(),
+                            ld_src as isize,
+                            rows,
+                            cols,
+                        )
+                    };
+                    for c in 0..cols {
+                        for r in 0..ld_dst {
+                            let want = if r < rows { src[c + r * ld_src] } else { fill };
+                            assert_eq!(
+                                dst[r + c * ld_dst],
+                                want,
+                                "{name}: {rows}x{cols} pads ({ps}, {pd}) at r {r} c {c}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            check("b8 avx2", simd::transpose_b8, |i| i as f64 + 0.5, -1.0);
+            check("b8 avx2 u64", simd::transpose_b8, |i| i as u64 * 3 + 1, 0);
+            check(
+                "b16 avx2",
+                simd::transpose_b16,
+                |i| Complex::new(i as f64, -(i as f64) - 0.25),
+                Complex::new(-1.0, -1.0),
+            );
+            check("b4 avx2", simd::transpose_b4, |i| i as f32 + 0.5, -1.0);
+        }
+        #[cfg(feature = "avx512")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            check(
+                "b8 avx512",
+                simd::transpose_b8_avx512,
+                |i| i as f64 + 0.5,
+                -1.0,
+            );
+            check(
+                "b8 avx512 c32",
+                simd::transpose_b8_avx512,
+                |i| Complex::new(i as f32, 0.5 - i as f32),
+                Complex::new(-1.0, -1.0),
+            );
         }
     }
 
