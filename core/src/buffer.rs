@@ -20,6 +20,10 @@ use std::ptr::NonNull;
 /// The alignment of every backing allocation, in bytes (one cache line, one AVX-512 vector).
 pub const ALIGN: usize = 64;
 
+/// Axes a view keeps inline (dims, strides, index counters): tensors of up to six legs need
+/// no heap allocation per view.
+const AXES: usize = 6;
+
 /// Element types a buffer can hold: plain data for which the all-zero bit pattern is zero.
 ///
 /// # Safety
@@ -278,16 +282,16 @@ impl<T> Drop for SharedBuffer<T> {
 /// `ptr + sum(i_k * strides[k])`.
 pub struct StridedRef<'a, T> {
     ptr: *const T,
-    dims: SmallVec<[usize; 4]>,
-    strides: SmallVec<[isize; 4]>,
+    dims: SmallVec<[usize; AXES]>,
+    strides: SmallVec<[isize; AXES]>,
     _life: PhantomData<&'a [T]>,
 }
 
 /// An exclusive strided view.
 pub struct StridedMut<'a, T> {
     ptr: *mut T,
-    dims: SmallVec<[usize; 4]>,
-    strides: SmallVec<[isize; 4]>,
+    dims: SmallVec<[usize; AXES]>,
+    strides: SmallVec<[isize; AXES]>,
     _life: PhantomData<&'a mut [T]>,
 }
 
@@ -313,7 +317,7 @@ pub fn for_each_offset(dims: &[usize], strides: &[isize], mut f: impl FnMut(usiz
         return;
     }
     let n: usize = dims.iter().product();
-    let mut index: SmallVec<[usize; 4]> = smallvec::smallvec![0; dims.len()];
+    let mut index: SmallVec<[usize; AXES]> = smallvec::smallvec![0; dims.len()];
     let mut at = 0_isize;
     for k in 0..n {
         f(k, at);
@@ -362,7 +366,7 @@ fn for_each_common_run<const V: usize>(
     let run: usize = dims[..axes].iter().product();
     let outer = &dims[axes..];
     let n_outer: usize = outer.iter().product();
-    let mut index: SmallVec<[usize; 4]> = smallvec::smallvec![0; outer.len()];
+    let mut index: SmallVec<[usize; AXES]> = smallvec::smallvec![0; outer.len()];
     let mut at = [0_isize; V];
     for j in 0..n_outer {
         f(j * run, run, at);
@@ -831,9 +835,9 @@ fn merge_axes(
     a: &[isize],
     b: &[isize],
 ) -> (
-    SmallVec<[usize; 4]>,
-    SmallVec<[isize; 4]>,
-    SmallVec<[isize; 4]>,
+    SmallVec<[usize; AXES]>,
+    SmallVec<[isize; AXES]>,
+    SmallVec<[isize; AXES]>,
 ) {
     let (mut d, mut sa, mut sb) = (SmallVec::new(), SmallVec::new(), SmallVec::new());
     for k in 0..dims.len() {
@@ -862,7 +866,7 @@ fn merge_axes(
 /// Calls `f(offset_a, offset_b)` for every multi-index of `dims`, first axis fastest.
 fn for_each_offset_pair(dims: &[usize], a: &[isize], b: &[isize], mut f: impl FnMut(isize, isize)) {
     let n: usize = dims.iter().product();
-    let mut index: SmallVec<[usize; 4]> = smallvec::smallvec![0; dims.len()];
+    let mut index: SmallVec<[usize; AXES]> = smallvec::smallvec![0; dims.len()];
     let (mut oa, mut ob) = (0_isize, 0_isize);
     for _ in 0..n {
         f(oa, ob);
@@ -1072,10 +1076,10 @@ impl<T: Copy> StridedMut<'_, T> {
         // Tiles over destination axis 0 and axis `fast`; the other axes are outer loops.
         let (d0, df, s0, sf) = (ds[0], ds[fast], ss[0], ss[fast]);
         let (n0, nf) = (dims[0], dims[fast]);
-        let outer: SmallVec<[usize; 4]> = (1..n).filter(|&a| a != fast).collect();
-        let outer_dims: SmallVec<[usize; 4]> = outer.iter().map(|&a| dims[a]).collect();
-        let outer_d: SmallVec<[isize; 4]> = outer.iter().map(|&a| ds[a]).collect();
-        let outer_s: SmallVec<[isize; 4]> = outer.iter().map(|&a| ss[a]).collect();
+        let outer: SmallVec<[usize; AXES]> = (1..n).filter(|&a| a != fast).collect();
+        let outer_dims: SmallVec<[usize; AXES]> = outer.iter().map(|&a| dims[a]).collect();
+        let outer_d: SmallVec<[isize; AXES]> = outer.iter().map(|&a| ds[a]).collect();
+        let outer_s: SmallVec<[isize; AXES]> = outer.iter().map(|&a| ss[a]).collect();
         // One rectangle `rows x cols` of the 2-D problem (destination axis 0 by axis
         // `fast`), element by element, at outer offsets (bd, bs).
         let scalar =
