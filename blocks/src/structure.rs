@@ -707,13 +707,13 @@ impl<S: AbelianSector> BlockStructure<S> {
                     what: "number of allowed blocks",
                 })?;
         }
-        if let Presence::Bits(mask) = &presence {
-            if mask.len() != n_allowed {
-                return Err(Error::MaskLength {
-                    expected: n_allowed,
-                    given: mask.len(),
-                });
-            }
+        if let Presence::Bits(mask) = &presence
+            && mask.len() != n_allowed
+        {
+            return Err(Error::MaskLength {
+                expected: n_allowed,
+                given: mask.len(),
+            });
         }
 
         let mut s = BlockStructure {

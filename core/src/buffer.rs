@@ -455,7 +455,7 @@ const MICRO: usize = 8;
 /// that the source rows and destination columns one call touches stay within reach of the
 /// TLB and the prefetchers, however large the block.
 const KERNEL_TILE: usize = 64;
-const _: () = assert!(KERNEL_TILE % MICRO == 0);
+const _: () = assert!(KERNEL_TILE.is_multiple_of(MICRO));
 
 /// Hints the cache to fetch the line holding `p`. A hint only: it never faults, whatever
 /// `p` is, and does nothing on targets without the instruction.

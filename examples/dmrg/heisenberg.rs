@@ -359,7 +359,7 @@ impl Dmrg {
         }
         let w = mpo()?;
         let mps = neel(l)?;
-        let total = if l % 2 == 0 { 0 } else { 1 };
+        let total = if l.is_multiple_of(2) { 0 } else { 1 };
         let m = mpo_leg()?;
         // Boundaries: 1 at "nothing placed" on the left, at "term complete" on the right.
         let lb = BlockStructure::new(
