@@ -413,7 +413,7 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
         .ok_or(Error::Overflow {
             what: "number of segment tuples",
         })?;
-    side.flat.reserve_exact(count * k);
+    side.flat.reserve_exact(count.saturating_mul(k));
     let mut keyed: Vec<(S, usize, usize)> = Vec::with_capacity(count);
     let mut idx = vec![0usize; k];
     let mut t = 0usize;
