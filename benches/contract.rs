@@ -1,7 +1,7 @@
 //! Contraction throughput and planning time, each beside its baseline in the same run:
 //!
-//! - a. a U(1) block-sparse matrix product with many sectors, over one dense faer GEMM of
-//!   the same total flops;
+//! - a. a U(1) block-sparse matrix product with many sectors (and with one), over one dense
+//!   faer GEMM of the same total flops;
 //! - b. many 32x32x32 block products, over a plain rayon loop of faer calls on the same
 //!   blocks (no runtime);
 //! - c. planning a contraction of 10,000 block pairs, fresh and from the cache;
@@ -57,8 +57,8 @@ fn block_gemm(c: &mut Criterion) {
     let mut group = c.benchmark_group("contract_a_block_sparse_matmul");
     group.sample_size(10);
     let mm = Contraction::new("ab,bc->ac").unwrap();
-    for d in [128_usize, 256, 512] {
-        let sectors = 8;
+    // Eight sectors, and one lone sector (its GEMM must use both cores by itself).
+    for (sectors, d) in [(8, 128_usize), (8, 256), (8, 512), (1, 256)] {
         let (a, b) = (matrix(sectors, d, 1), matrix(sectors, d, 2));
         let out = AsyncArray::zeros(Arc::clone(mm.plan(&a, &b).unwrap().output()));
         let flops = mm.plan(&a, &b).unwrap().flops();

@@ -17,10 +17,12 @@ use crate::plan::Plan;
 use crate::spec::Spec;
 use std::sync::Arc;
 use tessera_backends::Field;
-use tessera_backends::cpu::{gemm, matrix_mut, matrix_ref};
+use tessera_backends::cpu::{
+    gemm_parallelism, gemm_parallelism_alone, gemm_with, matrix_mut, matrix_ref,
+};
 use tessera_blocks::{AbelianSector, AsyncArray, Blocks};
 use tessera_coalesce::Coalesce;
-use tessera_core::{Alias, schedule_named};
+use tessera_core::{Alias, Runtime, schedule_named};
 
 /// A pairwise contraction: a [`Spec`], whether each operand is conjugated, and the plan cache
 /// it plans through.
@@ -217,6 +219,18 @@ fn submit<T: Field, S: AbelianSector>(
     let first_beta = if overwrite { T::ZERO } else { beta };
     let [conj_a, conj_b] = plan.conj;
     let [rows_a, rows_b] = plan.rows;
+    // Fewer GEMM tasks than workers: each GEMM may use the idle workers too (so a lone large
+    // sector keeps both cores busy); else parallelism comes from the tasks.
+    let parallelism = if plan.tasks() < Runtime::current().threads() {
+        gemm_parallelism_alone
+    } else {
+        gemm_parallelism
+    };
+    let gemm =
+        move |c: faer::MatMut<'_, T>, beta: T, a: faer::MatRef<'_, T>, b: faer::MatRef<'_, T>| {
+            let par = parallelism(c.nrows(), c.ncols(), a.ncols());
+            gemm_with(par, c, beta, a, conj_a, b, conj_b, alpha)
+        };
     for (g, group) in plan.groups.iter().enumerate() {
         let reads_a = group
             .a
@@ -254,7 +268,7 @@ fn submit<T: Field, S: AbelianSector>(
                         let lhs = matrix_ref(&xa[ia], rows_a).ok_or("a block of A' is a matrix")?;
                         let rhs = matrix_ref(&xb[ib], rows_b).ok_or("a block of B' is a matrix")?;
                         let beta = if n == 0 { first_beta } else { T::ONE };
-                        gemm(cm.as_mut(), beta, lhs, conj_a, rhs, conj_b, alpha)?;
+                        gemm(cm.as_mut(), beta, lhs, rhs)?;
                     }
                 }
                 Ok(())
@@ -279,15 +293,7 @@ fn submit<T: Field, S: AbelianSector>(
             (lhs, rhs, out),
             move |(lhs, rhs, mut out)| {
                 for i in 0..out.len() {
-                    gemm(
-                        out.get_mut(i),
-                        first_beta,
-                        lhs.get(i),
-                        conj_a,
-                        rhs.get(i),
-                        conj_b,
-                        alpha,
-                    )?;
+                    gemm(out.get_mut(i), first_beta, lhs.get(i), rhs.get(i))?;
                 }
                 Ok(())
             },

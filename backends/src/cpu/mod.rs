@@ -9,7 +9,7 @@
 mod gemm;
 mod matrix;
 
-pub use gemm::{GemmShapeMismatch, gemm, gemm_parallelism};
+pub use gemm::{GemmShapeMismatch, gemm, gemm_parallelism, gemm_parallelism_alone, gemm_with};
 pub use matrix::{matrix_mut, matrix_ref};
 
 use crate::Scalar;
