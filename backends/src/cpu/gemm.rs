@@ -142,7 +142,19 @@ mod tests {
 
     #[test]
     fn matches_the_definition_for_every_conjugation_and_beta() {
-        let (m, n, k) = (5, 4, 3);
+        check_against_definition(5, 4, 3, None);
+    }
+
+    /// The parallel path a lone large GEMM takes (faer's rayon parallelism).
+    #[test]
+    fn the_parallel_path_matches_the_definition() {
+        let (m, n, k) = (130, 140, 120);
+        assert!(matches!(gemm_parallelism_alone(m, n, k), Par::Rayon(_)));
+        assert!(matches!(gemm_parallelism(m, n, k), Par::Seq));
+        check_against_definition(m, n, k, Some(Par::rayon(2)));
+    }
+
+    fn check_against_definition(m: usize, n: usize, k: usize, par: Option<Par>) {
         let a = Mat::from_fn(m, k, |i, j| value(i, j, 0.3));
         let b = Mat::from_fn(k, n, |i, j| value(i, j, 1.1));
         let c0 = Mat::from_fn(m, n, |i, j| value(i, j, 2.3));
@@ -150,7 +162,13 @@ mod tests {
         for beta in [Complex64::ZERO, Complex64::ONE, Complex64::new(-2.0, 0.25)] {
             for (ca, cb) in [(false, false), (true, false), (false, true), (true, true)] {
                 let mut c = c0.clone();
-                gemm(c.as_mut(), beta, a.as_ref(), ca, b.as_ref(), cb, alpha).unwrap();
+                match par {
+                    None => gemm(c.as_mut(), beta, a.as_ref(), ca, b.as_ref(), cb, alpha),
+                    Some(p) => {
+                        gemm_with(p, c.as_mut(), beta, a.as_ref(), ca, b.as_ref(), cb, alpha)
+                    }
+                }
+                .unwrap();
                 for i in 0..m {
                     for j in 0..n {
                         let mut want = beta * c0[(i, j)];
@@ -159,7 +177,13 @@ mod tests {
                             let y = if cb { b[(l, j)].conj() } else { b[(l, j)] };
                             want += alpha * x * y;
                         }
-                        assert!((c[(i, j)] - want).norm() < 1e-12, "{ca} {cb} {beta}");
+                        // The small case keeps the tight bound; a long sum gets its length.
+                        let tol = if par.is_none() {
+                            1e-12
+                        } else {
+                            1e-12 * (1.0 + want.norm()) * k as f64
+                        };
+                        assert!((c[(i, j)] - want).norm() < tol, "{ca} {cb} {beta}");
                     }
                 }
             }
