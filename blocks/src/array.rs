@@ -22,8 +22,8 @@ use smallvec::SmallVec;
 use std::sync::Arc;
 use tessera_backends::Scalar;
 use tessera_core::{
-    Alias, Domain, HazardRecord, HazardSet, ReadBuffer, Region, SharedBuffer, StridedMut,
-    StridedRef, WriteBuffer, for_each_offset,
+    Alias, Domain, HazardRecord, HazardSet, ReadBuffer, RecordTable, Region, SharedBuffer,
+    StridedMut, StridedRef, WriteBuffer, for_each_offset,
 };
 
 /// The region of one block: the shared allocation and the block's strided descriptor.
@@ -95,7 +95,7 @@ pub type BlockAlias<T> = Alias<BlockRegion<T>>;
 pub struct AsyncArray<T, S: AbelianSector> {
     structure: Arc<BlockStructure<S>>,
     buffer: Arc<SharedBuffer<T>>,
-    records: Arc<[Arc<HazardRecord>]>,
+    records: Arc<RecordTable>,
 }
 
 impl<T, S: AbelianSector> std::fmt::Debug for AsyncArray<T, S> {
@@ -166,9 +166,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                 b.id()
             );
         }
-        let records = (0..structure.num_blocks())
-            .map(|_| HazardRecord::new())
-            .collect();
+        let records = RecordTable::new(structure.num_blocks());
         Self {
             structure,
             buffer: Arc::new(buffer),
@@ -351,7 +349,9 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         // SAFETY: the region covers exactly block `id`'s elements (its extent was checked
         // when the array was made), which no other block shares, and it is paired with block
         // `id`'s own record.
-        Ok(unsafe { Alias::from_parts(region, HazardSet::one(Arc::clone(&self.records[id]))) })
+        Ok(unsafe {
+            Alias::from_parts(region, HazardSet::one(HazardRecord::of(&self.records, id)))
+        })
     }
 
     /// The block with one segment per leg.
@@ -389,7 +389,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
 
     /// The composite hazard set of every block.
     pub fn hazards(&self) -> HazardSet {
-        HazardSet::composite(self.records.iter().cloned())
+        HazardSet::span(&self.records, 0..self.num_blocks())
     }
 
     /// The composite hazard set of the given blocks (the records a view over exactly those
@@ -399,15 +399,30 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ///
     /// [`Error::UnknownBlock`] for an id that is not a block.
     pub fn hazards_of(&self, ids: impl IntoIterator<Item = usize>) -> Result<HazardSet, Error> {
-        let ids = ids.into_iter();
-        let mut records = Vec::with_capacity(ids.size_hint().0);
-        for id in ids {
-            records.push(self.records.get(id).cloned().ok_or(Error::UnknownBlock {
-                block: id,
+        self.hazards_of_ranges(ids.into_iter().map(|id| id..id + 1))
+    }
+
+    /// The composite hazard set of the blocks in `ranges` of ids (the blocks of several
+    /// sectors are such ranges): one step per range, not per block.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownBlock`] for a range that reaches past the last block.
+    pub fn hazards_of_ranges(
+        &self,
+        ranges: impl IntoIterator<Item = std::ops::Range<usize>>,
+    ) -> Result<HazardSet, Error> {
+        let ranges: SmallVec<[std::ops::Range<usize>; 8]> = ranges.into_iter().collect();
+        if let Some(r) = ranges
+            .iter()
+            .find(|r| r.end > self.num_blocks() && !r.is_empty())
+        {
+            return Err(Error::UnknownBlock {
+                block: r.start.max(self.num_blocks()),
                 blocks: self.num_blocks(),
-            })?);
+            });
         }
-        Ok(HazardSet::composite(records))
+        Ok(HazardSet::of_ranges(&self.records, ranges))
     }
 
     /// Whether two arrays share storage (the same allocation and records).
@@ -447,9 +462,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                 .check_extent(region.offset, &region.dims, &region.strides),
             "sector regions lie inside the allocation"
         );
-        let hazards = self
-            .hazards_of(blocks)
-            .expect("a sector's blocks are blocks");
+        let hazards = HazardSet::span(&self.records, blocks);
         // SAFETY: the regions of consecutive sectors follow each other and hold exactly the
         // elements of their blocks, whose ids are consecutive too (the structure's layout), so
         // the span's elements are exactly those blocks' elements, and it is paired with their

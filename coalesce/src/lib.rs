@@ -51,4 +51,4 @@ pub use qr::{Lq, Qr, lq, qr};
 pub use region::{Matrices, MatricesMut, SectorAlias, SectorRegion, SectorsAlias, SectorsRegion};
 pub use svd::{SingularValues, Svd, svd};
 pub use truncation::Truncation;
-pub use view::Coalesce;
+pub use view::{Coalesce, SectorBatches};

@@ -115,7 +115,29 @@ impl Rect {
         cols: usize,
         ld: usize,
     ) -> Option<Self> {
-        let fits = buffer.check_extent(offset, &[rows, cols], &[1, ld as isize]);
+        Self::inside(buffer.len(), offset, rows, cols, ld)
+    }
+
+    /// The rectangle, or `None` when it does not lie inside the first `len` elements of an
+    /// allocation or its columns would overlap (the check [`checked`](Rect::checked) makes
+    /// against a buffer of that length).
+    pub(crate) fn inside(
+        len: usize,
+        offset: usize,
+        rows: usize,
+        cols: usize,
+        ld: usize,
+    ) -> Option<Self> {
+        let fits = if rows == 0 || cols == 0 {
+            offset <= len
+        } else {
+            // The last element, (rows - 1) + (cols - 1) * ld past `offset`, lies inside.
+            (cols - 1)
+                .checked_mul(ld)
+                .and_then(|x| x.checked_add(rows - 1))
+                .and_then(|x| x.checked_add(offset))
+                .is_some_and(|last| last < len)
+        };
         (fits && (ld >= rows || cols <= 1)).then_some(Self {
             offset,
             rows,
@@ -191,10 +213,13 @@ pub type SectorsAlias<T> = Alias<SectorsRegion<T>>;
 impl<T: Scalar> SectorsRegion<T> {
     /// The matrices `rects`, each checked against `buffer` ([`Rect::checked`]).
     pub(crate) fn new(buffer: Arc<SharedBuffer<T>>, rects: Vec<Rect>) -> Self {
-        Self {
-            buffer,
-            rects: rects.into(),
-        }
+        Self::shared(buffer, rects.into())
+    }
+
+    /// Like [`new`](SectorsRegion::new), sharing an existing list of matrices: each was
+    /// checked against a length the buffer has ([`Rect::inside`]).
+    pub(crate) fn shared(buffer: Arc<SharedBuffer<T>>, rects: Arc<[Rect]>) -> Self {
+        Self { buffer, rects }
     }
 
     /// How many matrices.

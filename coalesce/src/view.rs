@@ -9,13 +9,18 @@
 use crate::error::Error;
 use crate::gather::{BlockSet, GatheredBlocks};
 use crate::region::{Rect, SectorAlias, SectorRegion, SectorsAlias, SectorsRegion};
+use smallvec::SmallVec;
+use std::ops::Range;
 use std::sync::Arc;
 use tessera_backends::Scalar;
-use tessera_blocks::{AbelianSector, AsyncArray};
+use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure};
 use tessera_core::{Alias, HazardSet};
 
 /// Coalesced views of an array.
 pub trait Coalesce<T: Scalar> {
+    /// The array's sector type.
+    type Sector: AbelianSector;
+
     /// The coalesced view of coupled sector `c` (an index into `structure().sectors()`): its
     /// contiguous, column-major sector matrix (no copy), ordered by the records of exactly the
     /// sector's blocks. Inside a task it resolves to a faer `MatRef` / `MatMut`.
@@ -62,6 +67,35 @@ pub trait Coalesce<T: Scalar> {
     /// As [`sector`](Coalesce::sector), for the first sector that fails.
     fn sectors(&self, cs: &[usize]) -> Result<SectorsAlias<T>, Error>;
 
+    /// One view per batch of `batches`, each the view [`sectors`](Coalesce::sectors) makes
+    /// of that batch's sectors, built from the batches resolved once (the structure is
+    /// checked once per call, no sector is visited again). For work submitted many times over
+    /// the same structure: a contraction plan keeps its GEMM batches this way.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+    /// use tessera_coalesce::{Coalesce, SectorBatches};
+    ///
+    /// let row = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3), (U1(2), 1)])?;
+    /// let s = Arc::new(BlockStructure::new([row.clone()], [row.dual()], U1(0))?);
+    /// let batches = SectorBatches::new(&s, [&[0, 1][..], &[2][..]])?;
+    /// let a = AsyncArray::<f64, U1>::random(Arc::clone(&s), 1);
+    /// let views = a.sector_batches(&batches)?;
+    /// let rows = views[0].with(|m| (0..m.len()).map(|i| m.get(i).nrows()).collect::<Vec<_>>())?;
+    /// assert_eq!(rows, [2, 3]);
+    /// # Ok::<(), tessera_coalesce::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`tessera_blocks::Error::StructureMismatch`] (as [`Error::Blocks`]) when the array's
+    /// structure is not the one the batches were resolved for; nothing is enrolled then.
+    fn sector_batches(
+        &self,
+        batches: &SectorBatches<Self::Sector>,
+    ) -> Result<Vec<SectorsAlias<T>>, Error>;
+
     /// The zero-copy view of a set of blocks of one dense coupled sector that tile one
     /// rectangle of its sector matrix (a run of block rows by a run of block columns: the
     /// whole sector, a contiguous run of its columns, ...). The view is that strided
@@ -88,9 +122,11 @@ pub trait Coalesce<T: Scalar> {
 }
 
 impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
+    type Sector = S;
+
     fn sector(&self, c: usize) -> Result<SectorAlias<T>, Error> {
         let region = SectorRegion::from_rect(Arc::clone(self.buffer()), sector_rect(self, c)?);
-        let hazards = composite(self, self.structure().sectors()[c].blocks())?;
+        let hazards = self.hazards_of_ranges([self.structure().sectors()[c].blocks()])?;
         // SAFETY: a dense sector's matrix holds exactly the elements of the sector's blocks
         // (the structure's layout), and `hazards` holds every one of their records; no other
         // block shares an element with them.
@@ -103,11 +139,43 @@ impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
             .map(|&c| sector_rect(self, c))
             .collect::<Result<Vec<_>, _>>()?;
         let sectors = self.structure().sectors();
-        let hazards = composite(self, cs.iter().flat_map(|&c| sectors[c].blocks()))?;
+        let hazards = self.hazards_of_ranges(cs.iter().map(|&c| sectors[c].blocks()))?;
         let region = SectorsRegion::new(Arc::clone(self.buffer()), rects);
         // SAFETY: each dense sector's matrix holds exactly the elements of that sector's
         // blocks, and `hazards` holds the records of every block of every listed sector.
         Ok(unsafe { Alias::from_parts(region, hazards) })
+    }
+
+    fn sector_batches(&self, batches: &SectorBatches<S>) -> Result<Vec<SectorsAlias<T>>, Error> {
+        let structure = self.structure();
+        if !Arc::ptr_eq(structure, &batches.structure) && **structure != *batches.structure {
+            return Err(tessera_blocks::Error::StructureMismatch {
+                expected: batches.structure.summary(),
+                given: structure.summary(),
+            }
+            .into());
+        }
+        assert_eq!(
+            self.buffer().len(),
+            structure.total_len(),
+            "an array's allocation holds its structure's elements"
+        );
+        Ok(batches
+            .batches
+            .iter()
+            .map(|batch| {
+                let region =
+                    SectorsRegion::shared(Arc::clone(self.buffer()), Arc::clone(&batch.rects));
+                let hazards = self
+                    .hazards_of_ranges(batch.blocks.iter().cloned())
+                    .expect("a batch's blocks are blocks of its structure");
+                // SAFETY: the batch was resolved from this very structure (checked above): each
+                // rectangle is one dense sector's matrix, inside `total_len` elements, which is
+                // this allocation's length, and `blocks` are exactly those sectors' blocks, so
+                // `hazards` holds the records of every element the region reaches.
+                unsafe { Alias::from_parts(region, hazards) }
+            })
+            .collect())
     }
 
     fn blocks_view(&self, ids: &[usize]) -> Result<SectorAlias<T>, Error> {
@@ -153,6 +221,105 @@ impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
         let set = BlockSet::new(self, ids)?;
         GatheredBlocks::gather(self, &set)
     }
+}
+
+/// Batches of dense coupled sectors of one structure, resolved once: for each batch, the
+/// places of its sector matrices in the allocation and its blocks (ranges of ids).
+/// [`Coalesce::sector_batches`] turns them into one view per batch of any array with that
+/// structure without visiting a sector again.
+#[derive(Clone, Debug)]
+pub struct SectorBatches<S: AbelianSector> {
+    structure: Arc<BlockStructure<S>>,
+    batches: Vec<Batch>,
+}
+
+#[derive(Clone, Debug)]
+struct Batch {
+    rects: Arc<[Rect]>,
+    /// The blocks of the batch's sectors, consecutive ranges merged.
+    blocks: SmallVec<[Range<usize>; 2]>,
+}
+
+impl<S: AbelianSector> SectorBatches<S> {
+    /// Resolves `batches` (each a list of indices into `structure.sectors()`, a repeated one
+    /// listed twice) against `structure`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownSector`] and [`Error::PackedSector`], as
+    /// [`Coalesce::sectors`] gives them.
+    pub fn new<'a>(
+        structure: &Arc<BlockStructure<S>>,
+        batches: impl IntoIterator<Item = &'a [usize]>,
+    ) -> Result<Self, Error> {
+        let len = structure.total_len();
+        let batches = batches
+            .into_iter()
+            .map(|cs| {
+                let rects = cs
+                    .iter()
+                    .map(|&c| dense_sector_rect(structure, len, c))
+                    .collect::<Result<Arc<[Rect]>, _>>()?;
+                let mut blocks: SmallVec<[Range<usize>; 2]> = SmallVec::new();
+                for &c in cs {
+                    let r = structure.sectors()[c].blocks();
+                    match blocks.last_mut() {
+                        Some(last) if last.end == r.start => last.end = r.end,
+                        _ => blocks.push(r),
+                    }
+                }
+                Ok(Batch { rects, blocks })
+            })
+            .collect::<Result<_, Error>>()?;
+        Ok(Self {
+            structure: Arc::clone(structure),
+            batches,
+        })
+    }
+
+    /// How many batches.
+    pub fn len(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// The structure the batches were resolved for.
+    pub fn structure(&self) -> &Arc<BlockStructure<S>> {
+        &self.structure
+    }
+}
+
+/// The matrix of dense coupled sector `c` of `structure`, inside `len` elements.
+fn dense_sector_rect<S: AbelianSector>(
+    structure: &BlockStructure<S>,
+    len: usize,
+    c: usize,
+) -> Result<Rect, Error> {
+    let sectors = structure.sectors();
+    let sector = sectors.get(c).ok_or(Error::UnknownSector {
+        sector: c,
+        sectors: sectors.len(),
+    })?;
+    if !sector.is_dense() {
+        return Err(Error::PackedSector {
+            sector: c,
+            blocks: sector.blocks().len(),
+            rows: sector.rows(),
+            cols: sector.cols(),
+        });
+    }
+    Ok(Rect::inside(
+        len,
+        sector.offset(),
+        sector.rows(),
+        sector.cols(),
+        sector.rows(),
+    )
+    .expect("the structure places every dense sector matrix inside its elements"))
 }
 
 /// The matrix of dense coupled sector `c`, checked against the allocation.

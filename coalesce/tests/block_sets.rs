@@ -39,7 +39,7 @@ fn a_run_of_block_columns_is_a_zero_copy_view() {
     shuffled.reverse();
     let all = a.blocks_view(&shuffled).unwrap();
     assert_eq!(all.with(columns).unwrap(), whole);
-    assert_eq!(all.hazards().records().len(), 4);
+    assert_eq!(all.hazards().len(), 4);
     // The blocks of one column range: a run of full columns of the sector matrix.
     let first_cols = s.block(ids[0]).unwrap().cols();
     let strip: Vec<usize> = ids
@@ -66,7 +66,7 @@ fn a_run_of_block_columns_is_a_zero_copy_view() {
     // A single block of a dense sector is a view too, with its one record.
     let one = a.blocks_view(&[ids[3]]).unwrap();
     assert!(one.hazards().overlaps(a.block(ids[3]).unwrap().hazards()));
-    assert_eq!(one.hazards().records().len(), 1);
+    assert_eq!(one.hazards().len(), 1);
 }
 
 #[test]

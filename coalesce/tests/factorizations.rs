@@ -401,7 +401,15 @@ fn u1_matrix() -> Arc<BlockStructure<U1>> {
 
 fn epochs(a: &AsyncArray<f64, U1>) -> Vec<u64> {
     (0..a.num_blocks())
-        .map(|id| a.block(id).unwrap().hazards().records()[0].epoch())
+        .map(|id| {
+            a.block(id)
+                .unwrap()
+                .hazards()
+                .records()
+                .next()
+                .unwrap()
+                .epoch()
+        })
         .collect()
 }
 

@@ -275,29 +275,30 @@ fn submit<T: Field, S: AbelianSector>(
             },
         )?;
     }
-    for run in &plan.sector_groups {
-        // One view per operand for the whole batch: one region and one composite each.
-        let gemms = &plan.sector_gemms[run.clone()];
-        let ids =
-            |f: fn(&crate::plan::SectorGemm) -> usize| gemms.iter().map(f).collect::<Vec<_>>();
-        let lhs = am.sectors(&ids(|x| x.a))?.into_read();
-        let rhs = bm.sectors(&ids(|x| x.b))?.into_read();
-        let out = target.sectors(&ids(|x| x.c))?;
-        let out = if overwrite {
-            out.into_overwrite()
-        } else {
-            out.into_write()
-        };
-        schedule_named(
-            "contract.gemm_sectors",
-            (lhs, rhs, out),
-            move |(lhs, rhs, mut out)| {
-                for i in 0..out.len() {
-                    gemm(out.get_mut(i), first_beta, lhs.get(i), rhs.get(i))?;
-                }
-                Ok(())
-            },
-        )?;
+    if !plan.sector_groups.is_empty() {
+        // One view per operand and batch (one region and one composite each), from the
+        // batches the plan resolved once.
+        let [ba, bb, bc] = plan.sector_batches()?;
+        let lhs = am.sector_batches(ba)?;
+        let rhs = bm.sector_batches(bb)?;
+        let out = target.sector_batches(bc)?;
+        for ((lhs, rhs), out) in lhs.into_iter().zip(rhs).zip(out) {
+            let out = if overwrite {
+                out.into_overwrite()
+            } else {
+                out.into_write()
+            };
+            schedule_named(
+                "contract.gemm_sectors",
+                (lhs.into_read(), rhs.into_read(), out),
+                move |(lhs, rhs, mut out)| {
+                    for i in 0..out.len() {
+                        gemm(out.get_mut(i), first_beta, lhs.get(i), rhs.get(i))?;
+                    }
+                    Ok(())
+                },
+            )?;
+        }
     }
     // Blocks no pair writes: zero where the GEMMs overwrite (a new array, the product
     // temporary, or beta = 0, which ignores C as BLAS does), else scaled by beta.

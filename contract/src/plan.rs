@@ -18,9 +18,10 @@ use crate::error::Error;
 use crate::spec::Spec;
 use smallvec::SmallVec;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
 use tessera_blocks::{AbelianSector, BlockStructure, Leg, Permuted};
+use tessera_coalesce::SectorBatches;
 
 /// The least work (in flops) one GEMM task is given, unless the blocks run out: a task costs
 /// a few microseconds to enroll and run, so tiny GEMMs are batched (2^22 flops, about 40 us
@@ -196,6 +197,9 @@ pub struct Plan<S: AbelianSector> {
     /// Consecutive runs of `sector_gemms` that one task runs (small GEMMs batched to at
     /// least [`GROUP_FLOPS`]).
     pub(crate) sector_groups: Vec<std::ops::Range<usize>>,
+    /// The sector batches of `sector_groups` resolved against `A'`, `B'` and the GEMMs'
+    /// target, built by the first execution (planning stays cheap; repeats reuse them).
+    batches: OnceLock<[SectorBatches<S>; 3]>,
     /// Product blocks no pair writes (zero, or only scaled by `beta`).
     pub(crate) idle: Vec<usize>,
     /// Codomain legs of `A'` and of `B'` (the row folds of their block matrices).
@@ -470,6 +474,7 @@ impl<S: AbelianSector> Plan<S> {
             groups,
             sector_gemms,
             sector_groups,
+            batches: OnceLock::new(),
             idle,
             rows: [nfa, nk],
             gemms,
@@ -477,6 +482,38 @@ impl<S: AbelianSector> Plan<S> {
             temp_bytes: temp_elems * elem_bytes,
             elem_bytes,
         })
+    }
+
+    /// The structure the GEMMs write: `C'`, or the output itself when no permutation follows.
+    pub(crate) fn target(&self) -> &Arc<BlockStructure<S>> {
+        if self.output_permute.is_some() {
+            &self.product
+        } else {
+            &self.output
+        }
+    }
+
+    /// The GEMM batches of `sector_groups` for `A'`, `B'` and the target, resolved on first
+    /// use.
+    pub(crate) fn sector_batches(&self) -> Result<&[SectorBatches<S>; 3], Error> {
+        if let Some(b) = self.batches.get() {
+            return Ok(b);
+        }
+        let resolve = |s: &Arc<BlockStructure<S>>, f: fn(&SectorGemm) -> usize| {
+            let ids: Vec<Vec<usize>> = self
+                .sector_groups
+                .iter()
+                .map(|run| self.sector_gemms[run.clone()].iter().map(f).collect())
+                .collect();
+            SectorBatches::new(s, ids.iter().map(Vec::as_slice))
+        };
+        let batches = [
+            resolve(&self.operands[0].matrix, |g| g.a)?,
+            resolve(&self.operands[1].matrix, |g| g.b)?,
+            resolve(self.target(), |g| g.c)?,
+        ];
+        // A racing first use resolved the same batches; either copy serves.
+        Ok(self.batches.get_or_init(|| batches))
     }
 
     /// The structure of the result.

@@ -2,18 +2,19 @@
 //!
 //! Owns: the [`Access`] trait, [`AccessList`], and the normalisation that turns a list into
 //! one enrollment (sorted by record, duplicate reads merged, aliasing refused). Invariant: a
-//! normalised list names each record once, in increasing [`RecordId`] order, so composite
-//! enrollment can lock records in that order.
+//! normalised list names each record once, in spans of consecutive records of one table,
+//! sorted by [`RecordId`] (so each table's spans are neighbours), so composite enrollment
+//! can lock tables in that order.
 
 use crate::error::{Error, RecordId, Result};
-use crate::hazard::{HazardRecord, Mode};
+use crate::hazard::{HazardRecord, HazardSet, Mode, Span};
 use crate::primitive::Arc;
 use smallvec::SmallVec;
 
-/// One declared access: a record and a mode.
+/// One declared access: records of one table and a mode.
 #[derive(Clone, Debug)]
 pub(crate) struct AccessItem {
-    pub(crate) record: Arc<HazardRecord>,
+    pub(crate) span: Span,
     pub(crate) mode: Mode,
 }
 
@@ -30,14 +31,19 @@ impl AccessList {
     }
 
     /// Declares an access to `record`.
-    pub fn push(&mut self, record: &Arc<HazardRecord>, mode: Mode) {
-        self.items.push(AccessItem {
-            record: Arc::clone(record),
-            mode,
-        });
+    pub fn push(&mut self, record: &HazardRecord, mode: Mode) {
+        self.push_set(&HazardSet::one(record.clone()), mode);
     }
 
-    /// How many accesses are declared.
+    /// Declares an access to every record of `set`.
+    pub fn push_set(&mut self, set: &HazardSet, mode: Mode) {
+        self.items.extend(set.spans().iter().map(|span| AccessItem {
+            span: span.clone(),
+            mode,
+        }));
+    }
+
+    /// How many spans of records are declared (a span is consecutive records of one table).
     pub fn len(&self) -> usize {
         self.items.len()
     }
@@ -47,21 +53,36 @@ impl AccessList {
         self.items.is_empty()
     }
 
-    /// Sorts by record and merges repeated reads of one record. Two accesses to one record
-    /// of which one writes are refused: an output must not share a record with an input or
-    /// another output.
+    /// Sorts by record and merges repeated reads of one record (and touching spans of one
+    /// table in one mode). Two accesses to one record of which one writes are refused: an
+    /// output must not share a record with an input or another output.
     pub(crate) fn normalize(&mut self) -> Result<()> {
         let items = &mut self.items;
         if items.len() > 1 {
-            items.sort_unstable_by_key(|i| i.record.id());
+            // Tables own disjoint id ranges, so sorting by the first id groups each table's
+            // spans together and orders them by position.
+            items.sort_unstable_by_key(|i| i.span.first_id());
             let mut kept = 0;
             for next in 1..items.len() {
                 let (a, b) = (&items[kept], &items[next]);
-                if a.record.id() == b.record.id() {
-                    if a.mode.writes() || b.mode.writes() {
-                        return Err(alias_error(a.record.id(), a.mode, b.mode));
+                if Arc::ptr_eq(&a.span.table, &b.span.table) {
+                    let (ra, rb) = (&a.span.range, &b.span.range);
+                    // Sorted by start, kept spans disjoint: `b` can only meet the last kept.
+                    if rb.start < ra.end {
+                        if a.mode.writes() || b.mode.writes() {
+                            let shared = b.span.table.id(rb.start as usize);
+                            return Err(alias_error(shared, a.mode, b.mode));
+                        }
+                        // Two reads of shared records: one read of their union.
+                        let end = ra.end.max(rb.end);
+                        items[kept].span.range.end = end;
+                        continue;
                     }
-                    continue; // two reads of one record: one read.
+                    if rb.start == ra.end && a.mode == b.mode {
+                        let end = rb.end;
+                        items[kept].span.range.end = end;
+                        continue;
+                    }
                 }
                 kept += 1;
                 items.swap(kept, next);

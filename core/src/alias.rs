@@ -225,9 +225,7 @@ unsafe impl<R: Region> Access for ReadBuffer<R> {
     type View<'a> = R::Ref<'a>;
 
     fn declare(&self, list: &mut AccessList) {
-        for record in self.hazards.records() {
-            list.push(record, Mode::Read);
-        }
+        list.push_set(&self.hazards, Mode::Read);
     }
 
     unsafe fn resolve(&mut self) -> Result<R::Ref<'_>> {
@@ -242,9 +240,7 @@ unsafe impl<R: Region> Access for WriteBuffer<R> {
     type View<'a> = R::Mut<'a>;
 
     fn declare(&self, list: &mut AccessList) {
-        for record in self.hazards.records() {
-            list.push(record, self.mode);
-        }
+        list.push_set(&self.hazards, self.mode);
     }
 
     unsafe fn resolve(&mut self) -> Result<R::Mut<'_>> {

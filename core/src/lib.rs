@@ -19,7 +19,9 @@
 //! # The pieces
 //!
 //! - [`HazardRecord`] (module `hazard`): orders the accesses to one value or block, with
-//!   epochs. [`HazardSet`]: the records of one alias (several for a coalesced view).
+//!   epochs; records live in a [`RecordTable`] (one per array, run-length encoded, so a
+//!   view over many blocks enrolls in one step per run). [`HazardSet`]: the records of one
+//!   alias (several for a coalesced view).
 //! - [`Access`]: what a task declares; [`ReadBuffer`] and [`WriteBuffer`] own the owner token
 //!   and the records, and resolve to plain views inside the task.
 //! - [`Async`]: an independent value. [`Alias`] / [`ReadAlias`]: handles that share a parent's
@@ -61,7 +63,7 @@ pub use buffer::{
 };
 pub use domain::Domain;
 pub use error::{Error, FailureCause, KernelError, RecordId, Result, TaskFailure, TaskId};
-pub use hazard::{HazardRecord, HazardSet, Mode};
+pub use hazard::{HazardRecord, HazardSet, Mode, RecordTable};
 pub use pool::{POOL_BYTES, POOL_ENTRIES, POOL_MIN_BYTES, pooled_bytes, trim_buffer_pool};
 pub use runtime::{Runtime, host, schedule, schedule_named};
 pub use trace::{Trace, TraceEvent};

@@ -390,7 +390,7 @@ fn run_job(node: &TaskNode, job: Job) {
         .items
         .iter()
         .filter(|a| a.mode.reads())
-        .find_map(|a| a.record.poison());
+        .find_map(|a| a.span.table.poison(&a.span.range));
     let outcome = match inherited {
         Some(origin) => {
             // The kernel's captures are user values: a panicking `Drop` must not unwind out
@@ -418,7 +418,9 @@ fn run_job(node: &TaskNode, job: Job) {
         }
     };
     for a in accesses.items.iter().filter(|a| a.mode.writes()) {
-        a.record.set_poison(outcome.as_ref().err().cloned());
+        a.span
+            .table
+            .set_poison(&a.span.range, outcome.as_ref().err().cloned());
     }
     if let Some(started) = started {
         runtime
@@ -500,7 +502,7 @@ fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> Result<R>) -> 
         .items
         .iter()
         .filter(|a| a.mode.reads())
-        .find_map(|a| a.record.poison());
+        .find_map(|a| a.span.table.poison(&a.span.range));
     let result = match poison {
         Some(origin) => Err(Error::Poisoned { origin }),
         None => match catch_unwind(AssertUnwindSafe(f)) {
@@ -508,7 +510,7 @@ fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> Result<R>) -> 
                 // A host write that ran to completion leaves clean values (an update runs
                 // only on clean inputs; an overwrite starts a clean epoch).
                 for a in written() {
-                    a.record.set_poison(None);
+                    a.span.table.set_poison(&a.span.range, None);
                 }
                 Ok(value)
             }
@@ -524,7 +526,9 @@ fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> Result<R>) -> 
                     cause: FailureCause::Panic(panic_message(&*panic)),
                 });
                 for a in written() {
-                    a.record.set_poison(Some(std::sync::Arc::clone(&failure)));
+                    a.span
+                        .table
+                        .set_poison(&a.span.range, Some(std::sync::Arc::clone(&failure)));
                 }
                 release(&node);
                 std::panic::resume_unwind(panic)

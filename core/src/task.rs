@@ -87,6 +87,13 @@ impl TaskNode {
         state.successors.push(Arc::clone(node));
     }
 
+    /// Whether `succ` waits for this node (for tests of enrollment).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn has_successor(&self, succ: &TaskNode) -> bool {
+        let state = self.state.lock();
+        state.successors.iter().any(|s| std::ptr::eq(&**s, succ))
+    }
+
     /// Whether the node has completed (its successors were released).
     pub(crate) fn is_done(&self) -> bool {
         self.finished.load(Ordering::Acquire)

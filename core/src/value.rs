@@ -9,7 +9,6 @@ use crate::access::{Access, AccessList};
 use crate::alias::{Alias, ReadAlias, ReadBuffer, Region, WriteBuffer};
 use crate::error::{RecordId, Result, TaskId};
 use crate::hazard::{HazardRecord, HazardSet, Mode};
-use crate::primitive::Arc;
 use crate::runtime::Runtime;
 use crate::storage::Slot;
 
@@ -73,7 +72,7 @@ pub struct Async<T> {
 impl<T> std::fmt::Debug for Async<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Async")
-            .field("record", &self.alias.hazards().records()[0].id())
+            .field("record", &self.alias.hazards().ids().next())
             .finish()
     }
 }
@@ -81,7 +80,7 @@ impl<T> std::fmt::Debug for Async<T> {
 /// A task's view of a value it constructs: the cell, empty or holding an old value.
 struct Fill<T> {
     region: ValueRegion<T>,
-    record: Arc<HazardRecord>,
+    hazards: HazardSet,
 }
 
 // SAFETY: declares an overwrite of the value's only record, which covers the slot.
@@ -89,7 +88,7 @@ unsafe impl<T: Send + Sync + 'static> Access for Fill<T> {
     type View<'a> = &'a mut Option<T>;
 
     fn declare(&self, list: &mut AccessList) {
-        list.push(&self.record, Mode::Overwrite);
+        list.push_set(&self.hazards, Mode::Overwrite);
     }
 
     unsafe fn resolve(&mut self) -> Result<&mut Option<T>> {
@@ -113,8 +112,12 @@ impl<T: Send + Sync + 'static> Async<T> {
         Self { alias }
     }
 
-    fn record(&self) -> &Arc<HazardRecord> {
-        &self.alias.hazards().records()[0]
+    fn record(&self) -> HazardRecord {
+        self.alias
+            .hazards()
+            .records()
+            .next()
+            .expect("a value has one record")
     }
 
     /// The identity of this value's hazard record.
@@ -166,7 +169,7 @@ impl<T: Send + Sync + 'static> Async<T> {
     fn fill(&self) -> Fill<T> {
         Fill {
             region: self.alias.region().clone(),
-            record: Arc::clone(self.record()),
+            hazards: self.alias.hazards().clone(),
         }
     }
 
