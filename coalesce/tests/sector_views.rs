@@ -363,3 +363,69 @@ fn a_multi_sector_view_lists_each_sector_matrix_under_all_their_records() {
     );
     assert_eq!(epochs(&a), before);
 }
+
+#[test]
+fn resolved_sector_batches_give_the_views_sectors_gives() {
+    let s = structure();
+    let n = s.sectors().len();
+    let batches: Vec<Vec<usize>> = vec![(0..n).collect(), vec![n - 1, 0], vec![1, 1]];
+    let resolved =
+        tessera_coalesce::SectorBatches::new(&s, batches.iter().map(Vec::as_slice)).unwrap();
+    assert_eq!(resolved.len(), 3);
+    // An equal structure in another allocation is the same structure.
+    let copy = Arc::new((*s).clone());
+    let a = AsyncArray::<f64, U1>::random(copy, 7);
+    let views = a.sector_batches(&resolved).unwrap();
+    for (view, cs) in views.iter().zip(&batches) {
+        let direct = a.sectors(cs).unwrap();
+        assert_eq!(view.hazards().len(), direct.hazards().len());
+        assert!(view.hazards().ids().eq(direct.hazards().ids()));
+        let got = view
+            .with(|m| {
+                (0..m.len())
+                    .map(|i| m.get(i).to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap();
+        let want = direct
+            .with(|m| {
+                (0..m.len())
+                    .map(|i| m.get(i).to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap();
+        assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn sector_batches_of_another_structure_are_refused_and_nothing_is_written() {
+    let s = structure();
+    let resolved = tessera_coalesce::SectorBatches::new(&s, [&[0][..]]).unwrap();
+    let other = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)]).unwrap();
+    let t = Arc::new(BlockStructure::new([other.clone()], [other.dual()], U1(0)).unwrap());
+    let b = AsyncArray::<f64, U1>::random(t, 3);
+    let before = b.to_dense().unwrap();
+    let err = b.sector_batches(&resolved).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Blocks(tessera_blocks::Error::StructureMismatch { .. })
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("expected an operand with structure")
+    );
+    assert_eq!(b.to_dense().unwrap(), before);
+    // A packed or unknown sector is refused when the batches are resolved.
+    let n = s.sectors().len();
+    assert_eq!(
+        tessera_coalesce::SectorBatches::new(&s, [&[n][..]]).unwrap_err(),
+        Error::UnknownSector {
+            sector: n,
+            sectors: n
+        }
+    );
+}
