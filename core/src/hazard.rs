@@ -126,7 +126,8 @@ impl Run {
 }
 
 struct TableState {
-    runs: Vec<Run>,
+    /// Inline for a table of one (a value): no allocation beyond the table itself.
+    runs: SmallVec<[Run; 1]>,
     /// Poisoned ranges of the completed values, with their origins.
     poison: Vec<(Range<u32>, std::sync::Arc<TaskFailure>)>,
 }
@@ -163,16 +164,15 @@ impl RecordTable {
     pub fn new(len: usize) -> Arc<Self> {
         let len = u32::try_from(len).expect("a record table holds fewer than 2^32 records");
         let first = NEXT_RECORD.fetch_add(u64::from(len), std::sync::atomic::Ordering::Relaxed);
-        let runs = if len == 0 {
-            Vec::new()
-        } else {
-            vec![Run {
+        let mut runs = SmallVec::new();
+        if len > 0 {
+            runs.push(Run {
                 start: 0,
                 epoch: 0,
                 last_write: None,
                 readers: SmallVec::new(),
-            }]
-        };
+            });
+        }
         Arc::new(Self {
             first,
             len,
