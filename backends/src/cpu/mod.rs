@@ -8,9 +8,11 @@
 
 mod gemm;
 mod matrix;
+mod permute;
 
 pub use gemm::{GemmShapeMismatch, gemm, gemm_parallelism, gemm_parallelism_alone, gemm_with};
 pub use matrix::{matrix_mut, matrix_ref};
+pub use permute::permute_copy;
 
 use crate::Scalar;
 use tessera_core::{StridedMut, StridedRef, zip_runs, zip_runs_ref};
