@@ -62,6 +62,18 @@ const GROUP_ELEMS: usize = 16 * 1024;
 /// larger sector's blocks get tasks of their own, which run in parallel.
 const SPAN_ELEMS: usize = 1 << 18;
 
+/// How many elements one task of a permutation moving `total` elements on `threads` workers
+/// should cover: an equal share of [`PERMUTE_TASKS_PER_WORKER`] tasks per worker, but no
+/// fewer than [`GROUP_ELEMS`].
+fn permute_task_elems(total: usize, threads: usize) -> usize {
+    total
+        .div_ceil(PERMUTE_TASKS_PER_WORKER * threads.max(1))
+        .max(GROUP_ELEMS)
+}
+
+/// Tasks per worker of one permutation.
+const PERMUTE_TASKS_PER_WORKER: usize = 4;
+
 /// What one task of an elementwise operation covers.
 enum Piece<'i> {
     /// Consecutive coupled sectors, as one flat span of the allocation.
@@ -371,7 +383,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ) -> Result<Self, Error> {
         let permuted = self.structure().permuted(perm, n_codomain)?;
         blocks.resolve(self.num_blocks())?;
-        let out = Self::zeros(permuted.structure);
+        let out = Self::output(permuted.structure, matches!(blocks, Blocks::All));
         self.permute_into(perm, n_codomain, &out, blocks)?;
         Ok(out)
     }
@@ -431,8 +443,8 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         }
         let ids = blocks.resolve(self.num_blocks())?;
         let moves = ids.iter().map(|&i| {
-            let sign = T::from_f64(f64::from(permuted.sign(i).expect("block of the structure")));
-            (i, permuted.block_map[i], sign)
+            let negative = permuted.sign(i).expect("block of the structure") < 0;
+            (i, permuted.block_map[i], negative)
         });
         self.relabel_blocks(moves, out, perm, false)
     }
@@ -444,64 +456,78 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let (n, nc) = (self.structure().num_legs(), self.structure().n_codomain());
         let perm: Vec<usize> = (nc..n).chain(0..nc).collect();
         let ids = blocks.resolve(self.num_blocks())?;
-        let out = Self::zeros(remapped.structure.clone());
+        let out = Self::output(remapped.structure, matches!(blocks, Blocks::All));
         let moves = ids.iter().map(|&i| {
             let j = remapped.block_map[i].expect("every block has an adjoint block");
-            (i, j, T::ONE)
+            (i, j, false)
         });
         self.relabel_blocks(moves, &out, &perm, true)?;
         Ok(out)
     }
 
-    /// Schedules `out[j] <- sign * op(permute_axes(self[i], perm))` for every move
-    /// `(i, j, sign)`. Small blocks are grouped so that one task moves at least
-    /// [`GROUP_ELEMS`] elements: a task costs about a microsecond to enroll and run, as much
-    /// as copying a few thousand elements. A group enrolls on exactly its blocks' records.
+    /// A new array for the result of a permutation or adjoint: when `all` blocks are
+    /// written, its storage is taken uninitialised (the present blocks tile the allocation
+    /// exactly, so every element is overwritten before anything can read it); else zeros,
+    /// which the unselected blocks keep.
+    fn output(structure: impl Into<Arc<BlockStructure<S>>>, all: bool) -> Self {
+        if all {
+            Self::empty(structure)
+        } else {
+            Self::zeros(structure)
+        }
+    }
+
+    /// Schedules `out[j] <- ±op(permute_axes(self[i], perm))` for every move
+    /// `(i, j, negative)`, with the minus sign where `negative` and `op` the conjugate when
+    /// `conj`. Consecutive blocks are grouped into tasks of an equal share of the work,
+    /// [`PERMUTE_TASKS_PER_WORKER`] per worker of the current runtime, and at least
+    /// [`GROUP_ELEMS`] elements each: a task costs a few microseconds to enroll and run, as
+    /// much as moving several thousand elements, and the enrolling thread competes with the
+    /// workers for the cores. A group enrolls on exactly its blocks' records.
     fn relabel_blocks(
         &self,
-        moves: impl Iterator<Item = (usize, usize, T)>,
+        moves: impl Iterator<Item = (usize, usize, bool)>,
         out: &Self,
         perm: &[usize],
         conj: bool,
     ) -> Result<(), Error> {
-        let mut group: Vec<(usize, usize, T)> = Vec::new();
+        let moves: Vec<(usize, usize, bool)> = moves.collect();
+        let total: usize = moves
+            .iter()
+            .map(|&(i, _, _)| self.structure().block(i).expect("checked id").len())
+            .sum();
+        let per_task = permute_task_elems(total, tessera_core::Runtime::current().threads());
+        let mut group: Vec<(usize, usize, bool)> = Vec::new();
         let mut elems = 0;
-        let flush = |group: &mut Vec<(usize, usize, T)>| -> Result<(), Error> {
+        let flush = |group: &mut Vec<(usize, usize, bool)>| -> Result<(), Error> {
             if group.is_empty() {
                 return Ok(());
             }
             let mut reads = Vec::with_capacity(group.len());
             let mut writes = Vec::with_capacity(group.len());
             let mut signs = Vec::with_capacity(group.len());
-            for &(i, j, sign) in group.iter() {
+            for &(i, j, negative) in group.iter() {
                 reads.push(self.block(i)?.into_read());
                 writes.push(out.block(j)?.into_overwrite());
-                signs.push(sign);
+                signs.push(negative);
             }
             group.clear();
             let perm = perm.to_vec();
             schedule_named("blocks.permute", (reads, writes), move |(xs, ys)| {
-                for ((x, mut y), sign) in xs.into_iter().zip(ys).zip(signs) {
+                for ((x, mut y), negate) in xs.into_iter().zip(ys).zip(signs) {
                     let xp = x
                         .permute_axes(&perm)
                         .ok_or("the permutation matches the block's legs")?;
-                    if !conj && sign == T::ONE {
-                        // A plain copy: core's `assign` has the vector transposes.
-                        y.assign(&xp)
-                            .then_some(())
-                            .ok_or("the permuted block has the target's dims")?;
-                    } else {
-                        cpu::copy_scaled(sign, &xp, conj, T::ZERO, &mut y).map_err(kernel_error)?;
-                    }
+                    cpu::permute_copy(negate, conj, &xp, &mut y).map_err(kernel_error)?;
                 }
                 Ok(())
             })?;
             Ok(())
         };
-        for (i, j, sign) in moves {
+        for (i, j, negative) in moves {
             elems += self.structure().block(i).expect("checked id").len();
-            group.push((i, j, sign));
-            if elems >= GROUP_ELEMS {
+            group.push((i, j, negative));
+            if elems >= per_task {
                 flush(&mut group)?;
                 elems = 0;
             }
@@ -765,6 +791,95 @@ mod tests {
         for_each_kind!(differential_f64);
         for_each_kind!(differential_c64);
         for_each_kind!(differential_single);
+    }
+
+    /// A random structure whose segments are 1 to 12 wide (the usual random structures
+    /// have segments of 1 to 3), so that blocks hold full squares of the vector transposes
+    /// as well as edges.
+    fn wide_structure<S: Kind>(rng: &mut ChaCha8Rng) -> BlockStructure<S> {
+        let s = random_structure::<S>(rng);
+        let legs: Vec<crate::Leg<S>> = s
+            .legs()
+            .iter()
+            .map(|l| {
+                let segs: Vec<(S, usize)> = l
+                    .segments()
+                    .iter()
+                    .map(|g| (g.sector.clone(), [1, 8, 9, 12, 3][rng.gen_range(0..5)]))
+                    .collect();
+                if S::TILED {
+                    crate::Leg::tiled(l.direction(), segs).unwrap()
+                } else {
+                    crate::Leg::new(l.direction(), segs).unwrap()
+                }
+            })
+            .collect();
+        BlockStructure::from_legs(legs, s.n_codomain(), s.flux().clone()).unwrap()
+    }
+
+    /// Permutation (with fermionic signs), on all blocks and on a subset, and the adjoint,
+    /// for one element type, against the dense reference.
+    fn permutations_of<T: Scalar, S: Kind>(seed: u64, cases: usize) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        for case in 0..cases {
+            let s = Arc::new(wide_structure::<S>(&mut rng));
+            if s.total_len() > 60_000 {
+                continue;
+            }
+            let what = |op: &str| format!("{op}, {} case {case}, {}", T::NAME, describe(&s));
+            let x = AsyncArray::<T, S>::random(Arc::clone(&s), rng.r#gen());
+            let xd = x.to_dense().unwrap();
+            let n = s.num_legs();
+            let perm = random_perm(&mut rng, n);
+            let nc = rng.gen_range(0..=n);
+            let p = x.permute(&perm, nc, Blocks::All).unwrap();
+            let want = dense_permute(&s, &xd, &perm);
+            close(&p.to_dense().unwrap(), &want, &what("permute"));
+            // A subset: the chosen blocks move, the others of the result are zero.
+            let chosen: Vec<usize> = (0..s.num_blocks()).filter(|_| rng.gen_bool(0.5)).collect();
+            let q = x.permute(&perm, nc, Blocks::Only(&chosen)).unwrap();
+            let planned = s.permuted(&perm, nc).unwrap();
+            let got = q.to_blocks().unwrap();
+            let full = p.to_blocks().unwrap();
+            for i in 0..s.num_blocks() {
+                let j = planned.block_map[i];
+                if chosen.contains(&i) {
+                    close(&got[j], &full[j], &what("permute on a subset"));
+                } else {
+                    assert!(
+                        got[j].iter().all(|&v| v == T::ZERO),
+                        "{}",
+                        what("unselected")
+                    );
+                }
+            }
+            let adj = x.adjoint(Blocks::All).unwrap();
+            let nc0 = s.n_codomain();
+            let adj_perm: Vec<usize> = (nc0..n).chain(0..nc0).collect();
+            let old = dims(&s);
+            let new: Vec<usize> = adj_perm.iter().map(|&q| old[q]).collect();
+            let mut want = vec![T::ZERO; xd.len()];
+            for (k, v) in xd.iter().enumerate() {
+                let idx = unravel(k, &old);
+                let nidx: Vec<usize> = adj_perm.iter().map(|&q| idx[q]).collect();
+                want[ravel(&nidx, &new)] = v.conj();
+            }
+            close(&adj.to_dense().unwrap(), &want, &what("adjoint"));
+        }
+    }
+
+    fn permutations_every_type<S: Kind>(seed: u64) {
+        permutations_of::<f64, S>(seed, 40);
+        permutations_of::<f32, S>(seed + 1, 25);
+        permutations_of::<C64, S>(seed + 2, 25);
+        permutations_of::<Complex<f32>, S>(seed + 3, 25);
+    }
+
+    /// The vector transposes (f64, Complex<f32>, Complex<f64>), the signed and conjugating
+    /// paths and the element-at-a-time edges, on blocks wide enough to hold full squares.
+    #[test]
+    fn permutations_of_wide_blocks_equal_the_dense_reference_for_every_element_type() {
+        for_each_kind!(permutations_every_type);
     }
 
     fn u1_structure(flux: i32) -> Arc<BlockStructure<crate::U1>> {
