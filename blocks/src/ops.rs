@@ -402,8 +402,88 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         out: &Self,
         blocks: Blocks<'_>,
     ) -> Result<(), Error> {
-        let permuted = self.structure().permuted(perm, n_codomain)?;
-        self.permute_into_with(&permuted, perm, out, blocks)
+        // When `out` has the permuted structure (the usual case: a repeated permutation into
+        // the same array), the re-indexing is looked up in it, block by block, instead of
+        // building the permuted structure again (which costs more than moving blocks of a
+        // few thousand elements). Anything else takes the general path, which names the
+        // mismatch.
+        match self.block_map_into(perm, n_codomain, out.structure()) {
+            Some(moves) => {
+                if self.same_storage(out) {
+                    return Err(Error::AliasedOperands {
+                        operation: "permute_into",
+                    });
+                }
+                let ids = blocks.resolve(self.num_blocks())?;
+                let moves = ids.iter().map(|&i| {
+                    let (j, negative) = moves[i];
+                    (i, j, negative)
+                });
+                self.relabel_blocks(moves, out, perm, false)
+            }
+            None => {
+                let permuted = self.structure().permuted(perm, n_codomain)?;
+                self.permute_into_with(&permuted, perm, out, blocks)
+            }
+        }
+    }
+
+    /// For every block `i` of `self`, the id in `target` of its image under `perm` and
+    /// whether it picks up the fermionic sign, when `target` is the permuted structure with
+    /// `n_codomain` codomain legs; `None` when it is not (or `perm` is not a permutation).
+    ///
+    /// `target` is the permuted structure exactly when its legs are `self`'s permuted, its
+    /// split and flux are the given ones, and the present blocks correspond one to one: a
+    /// structure is determined by its legs, split, flux and present blocks, and the images
+    /// of `self`'s distinct blocks are distinct, so equal counts with every image present
+    /// leave no other block. The sign rule is [`BlockStructure::permuted`]'s.
+    fn block_map_into(
+        &self,
+        perm: &[usize],
+        n_codomain: usize,
+        target: &BlockStructure<S>,
+    ) -> Option<Vec<(usize, bool)>> {
+        let s = self.structure();
+        let n = s.num_legs();
+        let mut seen = vec![false; n];
+        let valid = perm.len() == n
+            && perm
+                .iter()
+                .all(|&p| p < n && !std::mem::replace(&mut seen[p], true));
+        if !valid
+            || target.n_codomain() != n_codomain
+            || target.flux() != s.flux()
+            || target.num_blocks() != s.num_blocks()
+            || target.num_legs() != n
+            || perm
+                .iter()
+                .zip(target.legs())
+                .any(|(&p, leg)| *leg != s.legs()[p])
+        {
+            return None;
+        }
+        let mut tuple = vec![0_usize; n];
+        let mut odd = vec![false; n];
+        let mut map = Vec::with_capacity(s.num_blocks());
+        for b in s.blocks() {
+            for (k, &p) in perm.iter().enumerate() {
+                tuple[k] = b.segments()[p];
+            }
+            let j = target.block_id(&tuple)?;
+            let mut negative = false;
+            if S::GRADED {
+                for (k, &p) in perm.iter().enumerate() {
+                    odd[k] = b.sectors()[p].parity();
+                }
+                for i in 0..n {
+                    for k in i + 1..n {
+                        negative ^= odd[i] && odd[k] && perm[i] > perm[k];
+                    }
+                }
+            }
+            map.push((j, negative));
+        }
+        Some(map)
     }
 
     /// Like [`permute_into`](AsyncArray::permute_into), with the re-indexing already computed
@@ -866,6 +946,81 @@ mod tests {
             }
             close(&adj.to_dense().unwrap(), &want, &what("adjoint"));
         }
+    }
+
+    /// `permute_into` finds the re-indexing in the target when the target has the permuted
+    /// structure (built independently, not shared), and refuses targets that differ only in
+    /// which blocks are present (fewer, or as many but others), writing nothing.
+    fn permute_into_targets<S: Kind>(seed: u64) {
+        use crate::testing::random_mask;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        for case in 0..60 {
+            let full = random_structure::<S>(&mut rng);
+            let mask = random_mask(&mut rng, full.num_blocks());
+            let s = Arc::new(full.with_present(&mask).unwrap());
+            let what = |op: &str| format!("{op}, case {case}, {}", describe(&s));
+            let x = AsyncArray::<f64, S>::random(Arc::clone(&s), rng.r#gen());
+            let n = s.num_legs();
+            let perm = random_perm(&mut rng, n);
+            let nc = rng.gen_range(0..=n);
+            let planned = s.permuted(&perm, nc).unwrap();
+            let target = AsyncArray::<f64, S>::zeros(planned.structure.clone());
+            x.permute_into(&perm, nc, &target, Blocks::All).unwrap();
+            let other = AsyncArray::<f64, S>::zeros(planned.structure.clone());
+            x.permute_into_with(&planned, &perm, &other, Blocks::All)
+                .unwrap();
+            assert_eq!(
+                target.to_blocks().unwrap(),
+                other.to_blocks().unwrap(),
+                "{}",
+                what("permute_into and permute_into_with")
+            );
+            close(
+                &target.to_dense().unwrap(),
+                &dense_permute(&s, &x.to_dense().unwrap(), &perm),
+                &what("permute_into"),
+            );
+            // Targets with other present blocks: one fewer, or one moved.
+            let present = planned.structure.present_mask().to_bitvec();
+            let on: Vec<usize> = present.iter_ones().collect();
+            let off: Vec<usize> = present.iter_zeros().collect();
+            let mut variants = Vec::new();
+            if let Some(&a) = on.first() {
+                let mut m = present.clone();
+                m.set(a, false);
+                variants.push(m.clone());
+                if let Some(&b) = off.first() {
+                    m.set(b, true);
+                    variants.push(m);
+                }
+            }
+            for m in variants {
+                let wrong = AsyncArray::<f64, S>::random(
+                    planned.structure.with_present(&m).unwrap(),
+                    rng.r#gen(),
+                );
+                let before = wrong.to_blocks().unwrap();
+                assert!(
+                    matches!(
+                        x.permute_into(&perm, nc, &wrong, Blocks::All),
+                        Err(Error::StructureMismatch { .. })
+                    ),
+                    "{}",
+                    what("a target with other blocks")
+                );
+                assert_eq!(
+                    wrong.to_blocks().unwrap(),
+                    before,
+                    "{}",
+                    what("nothing written")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn permute_into_reindexes_through_the_target_and_refuses_other_targets() {
+        for_each_kind!(permute_into_targets);
     }
 
     fn permutations_every_type<S: Kind>(seed: u64) {
