@@ -1,0 +1,333 @@
+//! One CUDA device: its primary context, its one stream, its cuBLAS handle, and its buffers.
+//!
+//! Owns: [`CudaDevice`], [`DeviceBuffer`], [`CudaScalar`] and the host/device copies.
+//! Invariant: a [`CudaDevice`] exists only after [`super::probe`] passed and the ordinal was
+//! checked against the device count; every buffer it allocates is ordered on its stream, and a
+//! copy that makes device data visible on the host waits for that stream before returning.
+
+use super::{CudaError, cublas, driver, probe};
+use crate::Scalar;
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig, result::CublasError};
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr, ValidAsZeroBits,
+};
+use std::sync::Arc;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// An element type with cuBLAS kernels here: `f32` and `f64`.
+pub trait CudaScalar: Scalar + DeviceRepr + ValidAsZeroBits + sealed::Sealed {
+    /// `cublas?gemm` on the handle's stream.
+    ///
+    /// # Safety
+    ///
+    /// `cfg` must describe matrices that lie within `a`, `b` and `c` (leading dims at least
+    /// the stored rows), and all three must be on the handle's device.
+    #[doc(hidden)]
+    unsafe fn gemm(
+        blas: &CudaBlas,
+        cfg: GemmConfig<Self>,
+        a: &CudaView<'_, Self>,
+        b: &CudaView<'_, Self>,
+        c: &mut CudaViewMut<'_, Self>,
+    ) -> Result<(), CublasError>;
+
+    /// `cublas?gemmStridedBatched` on the handle's stream.
+    ///
+    /// # Safety
+    ///
+    /// As [`CudaScalar::gemm`], for every matrix of the batch, and the C matrices must not
+    /// overlap.
+    #[doc(hidden)]
+    unsafe fn gemm_strided_batched(
+        blas: &CudaBlas,
+        cfg: StridedBatchedConfig<Self>,
+        a: &CudaView<'_, Self>,
+        b: &CudaView<'_, Self>,
+        c: &mut CudaViewMut<'_, Self>,
+    ) -> Result<(), CublasError>;
+}
+
+macro_rules! cuda_scalar {
+    ($t:ty) => {
+        impl CudaScalar for $t {
+            unsafe fn gemm(
+                blas: &CudaBlas,
+                cfg: GemmConfig<Self>,
+                a: &CudaView<'_, Self>,
+                b: &CudaView<'_, Self>,
+                c: &mut CudaViewMut<'_, Self>,
+            ) -> Result<(), CublasError> {
+                // SAFETY: the caller's contract is cudarc's.
+                unsafe { Gemm::<$t>::gemm(blas, cfg, a, b, c) }
+            }
+
+            unsafe fn gemm_strided_batched(
+                blas: &CudaBlas,
+                cfg: StridedBatchedConfig<Self>,
+                a: &CudaView<'_, Self>,
+                b: &CudaView<'_, Self>,
+                c: &mut CudaViewMut<'_, Self>,
+            ) -> Result<(), CublasError> {
+                // SAFETY: the caller's contract is cudarc's.
+                unsafe { Gemm::<$t>::gemm_strided_batched(blas, cfg, a, b, c) }
+            }
+        }
+    };
+}
+
+cuda_scalar!(f32);
+cuda_scalar!(f64);
+
+/// A buffer of `T` in one device's memory, allocated and freed in order on that device's
+/// stream.
+#[derive(Debug)]
+pub struct DeviceBuffer<T> {
+    slice: CudaSlice<T>,
+}
+
+impl<T> DeviceBuffer<T> {
+    /// Elements in the buffer.
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+
+    /// Whether the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.slice.is_empty()
+    }
+
+    /// The ordinal of the device whose memory this is.
+    pub fn ordinal(&self) -> usize {
+        self.slice.ordinal()
+    }
+
+    /// The cudarc slice underneath (for kernels this module does not wrap yet).
+    pub fn as_cuda_slice(&self) -> &CudaSlice<T> {
+        &self.slice
+    }
+
+    /// The cudarc slice underneath, mutably.
+    pub fn as_cuda_slice_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.slice
+    }
+}
+
+/// One CUDA device opened for work: its primary context, one stream that all of this handle's
+/// work is ordered on, and a cuBLAS handle bound to that stream.
+#[derive(Debug)]
+pub struct CudaDevice {
+    // Field order is drop order: the cuBLAS handle before the stream it is bound to, the
+    // stream before the context.
+    pub(super) blas: CudaBlas,
+    stream: Arc<CudaStream>,
+    ctx: Arc<CudaContext>,
+}
+
+fn no_device_is_zero(result: Result<i32, cudarc::driver::DriverError>) -> Result<usize, CudaError> {
+    match result {
+        Ok(count) => Ok(usize::try_from(count).unwrap_or(0)),
+        Err(e) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
+        Err(e) => Err(driver("initialise and count the devices")(e)),
+    }
+}
+
+impl CudaDevice {
+    /// The number of CUDA devices (0 when the driver is present but sees none).
+    ///
+    /// # Errors
+    ///
+    /// [`CudaError::Unavailable`] with no driver or cuBLAS; [`CudaError::Driver`] if the
+    /// driver fails to initialise for another reason.
+    pub fn count() -> Result<usize, CudaError> {
+        probe()?;
+        no_device_is_zero(CudaContext::device_count())
+    }
+
+    /// Opens device `ordinal`: retains its primary context and creates a stream and a cuBLAS
+    /// handle on it.
+    ///
+    /// # Errors
+    ///
+    /// [`CudaError::Unavailable`] with no driver or cuBLAS (never a panic),
+    /// [`CudaError::NoDevice`] for an ordinal at or past the device count, and the driver's or
+    /// cuBLAS's error if creating the context, stream or handle fails.
+    pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        let count = Self::count()?;
+        if ordinal >= count {
+            return Err(CudaError::NoDevice { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(driver("retain the device's context"))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(driver("create the device's stream"))?;
+        let blas = CudaBlas::new(stream.clone()).map_err(cublas("create a handle"))?;
+        ctx.check_err()
+            .map_err(driver("bind the context to this thread"))?;
+        Ok(Self { blas, stream, ctx })
+    }
+
+    /// This device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+
+    /// The device's name, as the driver reports it.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error.
+    pub fn name(&self) -> Result<String, CudaError> {
+        self.ctx.name().map_err(driver("report the device's name"))
+    }
+
+    /// The context (for work this module does not wrap yet).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream all of this handle's work is ordered on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Waits until all work enqueued on this device's stream is done.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error (including one from earlier asynchronous work).
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.stream
+            .synchronize()
+            .map_err(driver("finish the stream's work"))
+    }
+
+    pub(super) fn bind(&self) -> Result<(), CudaError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver("make the device's context current"))
+    }
+
+    pub(super) fn check_device<T>(
+        &self,
+        operand: &'static str,
+        buf: &DeviceBuffer<T>,
+    ) -> Result<(), CudaError> {
+        if buf.ordinal() == self.ordinal() {
+            Ok(())
+        } else {
+            Err(CudaError::WrongDevice {
+                operand,
+                expected: self.ordinal(),
+                given: buf.ordinal(),
+            })
+        }
+    }
+
+    /// A buffer of `len` zeros on this device (stream-ordered: it returns once enqueued).
+    ///
+    /// # Errors
+    ///
+    /// The driver's error (out of device memory, say).
+    pub fn alloc_zeros<T: CudaScalar>(&self, len: usize) -> Result<DeviceBuffer<T>, CudaError> {
+        self.bind()?;
+        let slice = if len == 0 {
+            self.stream.null()
+        } else {
+            self.stream.alloc_zeros(len)
+        }
+        .map_err(driver("allocate device memory"))?;
+        Ok(DeviceBuffer { slice })
+    }
+
+    /// A new device buffer holding a copy of `host`. The host slice may be reused once this
+    /// returns (the copy is staged).
+    ///
+    /// # Errors
+    ///
+    /// The driver's error.
+    pub fn upload<T: CudaScalar>(&self, host: &[T]) -> Result<DeviceBuffer<T>, CudaError> {
+        if host.is_empty() {
+            return self.alloc_zeros(0);
+        }
+        self.bind()?;
+        let slice = self
+            .stream
+            .clone_htod(host)
+            .map_err(driver("copy host memory to the device"))?;
+        Ok(DeviceBuffer { slice })
+    }
+
+    /// Copies `host` into `dst`, of the same length.
+    ///
+    /// # Errors
+    ///
+    /// [`CudaError::LengthMismatch`] (nothing copied) when the lengths differ,
+    /// [`CudaError::WrongDevice`] for a buffer of another device, or the driver's error.
+    pub fn copy_to_device<T: CudaScalar>(
+        &self,
+        host: &[T],
+        dst: &mut DeviceBuffer<T>,
+    ) -> Result<(), CudaError> {
+        self.check_device("the destination", dst)?;
+        if host.len() != dst.len() {
+            return Err(CudaError::LengthMismatch {
+                what: "host to device",
+                expected: dst.len(),
+                given: host.len(),
+            });
+        }
+        if host.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        self.stream
+            .memcpy_htod(host, &mut dst.slice)
+            .map_err(driver("copy host memory to the device"))
+    }
+
+    /// Copies `src` into `dst`, of the same length, and waits for the stream (so every earlier
+    /// write to `src` on it is in `dst` on return).
+    ///
+    /// # Errors
+    ///
+    /// As [`CudaDevice::copy_to_device`].
+    pub fn copy_to_host<T: CudaScalar>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dst: &mut [T],
+    ) -> Result<(), CudaError> {
+        self.check_device("the source", src)?;
+        if src.len() != dst.len() {
+            return Err(CudaError::LengthMismatch {
+                what: "device to host",
+                expected: dst.len(),
+                given: src.len(),
+            });
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        self.stream
+            .memcpy_dtoh(&src.slice, dst)
+            .map_err(driver("copy device memory to the host"))?;
+        self.synchronize()
+    }
+
+    /// A host copy of `src`, once the stream's earlier work on it is done.
+    ///
+    /// # Errors
+    ///
+    /// As [`CudaDevice::copy_to_host`].
+    pub fn download<T: CudaScalar>(&self, src: &DeviceBuffer<T>) -> Result<Vec<T>, CudaError> {
+        let mut host = vec![T::ZERO; src.len()];
+        self.copy_to_host(src, &mut host)?;
+        Ok(host)
+    }
+}

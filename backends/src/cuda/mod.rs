@@ -1,0 +1,315 @@
+//! The CUDA backend: cuBLAS through cudarc, loaded at run time.
+//!
+//! Owns: the probe of the CUDA driver and cuBLAS libraries ([`probe`]), the typed
+//! [`CudaError`], the per-device handle [`CudaDevice`] (context, one stream, one cuBLAS handle),
+//! device buffers ([`DeviceBuffer`]) with host/device copies, and column-major GEMM and
+//! strided-batched GEMM for `f32` and `f64` ([`CudaDevice::gemm`],
+//! [`CudaDevice::gemm_strided_batched`]).
+//!
+//! Invariant: no cudarc call is made before [`probe`] has seen both shared libraries load and
+//! export every symbol this module reaches (cudarc panics on a missing library or symbol, so
+//! a machine with no driver gets [`CudaError::Unavailable`], never a panic); and every device
+//! pointer handed to cuBLAS lies inside the buffer it came from, with its extent, leading
+//! dims and device checked first, so a bad layout is a [`CudaError`] and nothing is written.
+//!
+//! The crate is built with cudarc's `dynamic-loading` and `cuda-13000` features: it builds and
+//! links with no CUDA installed, and at run time looks for `libcuda.so`/`libcuda.so.1` and
+//! `libcublas.so`/`libcublas.so.13` (CUDA 13's sonames; `.12` is also among the names tried).
+//!
+//! Work is stream-ordered: every call enqueues on the device's one stream and returns; the host
+//! copies that read device data ([`CudaDevice::copy_to_host`], [`CudaDevice::download`]) wait
+//! for the stream.
+
+mod device;
+mod gemm;
+
+pub use device::{CudaDevice, CudaScalar, DeviceBuffer};
+pub use gemm::{DeviceMat, DeviceMatMut, MatLayout, Op, StridedBatch};
+
+use crate::cpu::GemmShapeMismatch;
+use cudarc::cublas::result::CublasError;
+use cudarc::driver::DriverError;
+use std::sync::OnceLock;
+
+/// The CUDA version cudarc's bindings were generated for (its `cuda-13000` feature).
+pub const BINDINGS_CUDA_VERSION: &str = "13.0";
+
+/// What went wrong in the CUDA backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CudaError {
+    /// A shared library could not be loaded under any of the names cudarc tries.
+    #[error(
+        "expected the {library} shared library to load, but none of {searched:?} could be \
+         loaded (no NVIDIA driver or CUDA toolkit on the library path)"
+    )]
+    Unavailable {
+        /// The library's base name (`cuda` for the driver, `cublas`).
+        library: &'static str,
+        /// The file names tried.
+        searched: Vec<String>,
+    },
+    /// A loaded library lacks a symbol this backend calls (it is older than the bindings).
+    #[error(
+        "expected the {library} library to export `{symbol}` (bindings for CUDA 13.0), \
+         but the loaded library does not"
+    )]
+    MissingSymbol {
+        /// The library's base name.
+        library: &'static str,
+        /// The missing symbol.
+        symbol: &'static str,
+    },
+    /// No device with the ordinal asked for.
+    #[error("expected a device ordinal below the device count {count}, but was given {ordinal}")]
+    NoDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// The number of devices the driver reports.
+        count: usize,
+    },
+    /// A CUDA driver call failed.
+    #[error("expected the CUDA driver to {during}, but it failed: {source}")]
+    Driver {
+        /// What was being done.
+        during: &'static str,
+        /// The driver's error.
+        source: DriverError,
+    },
+    /// A cuBLAS call failed.
+    #[error("expected cuBLAS to {during}, but it failed: {source}")]
+    Cublas {
+        /// What was being done.
+        during: &'static str,
+        /// cuBLAS's status.
+        source: CublasError,
+    },
+    /// A host and a device buffer of one copy have different lengths.
+    #[error(
+        "expected a {what} copy between buffers of equal length, but the destination has \
+         {expected} elements and the source {given}"
+    )]
+    LengthMismatch {
+        /// `host to device` or `device to host`.
+        what: &'static str,
+        /// The destination's length.
+        expected: usize,
+        /// The source's length.
+        given: usize,
+    },
+    /// A buffer lives on another device than the one asked to use it.
+    #[error("expected {operand} on device {expected}, but it lives on device {given}")]
+    WrongDevice {
+        /// Which operand.
+        operand: &'static str,
+        /// The ordinal of the device running the call.
+        expected: usize,
+        /// The ordinal of the buffer's device.
+        given: usize,
+    },
+    /// A matrix's leading dimension is smaller than its row count (or zero).
+    #[error("expected a leading dim of at least max(1, {rows}) for {operand}, but was given {ld}")]
+    LeadingDim {
+        /// Which operand.
+        operand: &'static str,
+        /// The rows of the stored matrix.
+        rows: usize,
+        /// The leading dim given.
+        ld: usize,
+    },
+    /// A matrix (or batch of matrices) reaches past the end of its buffer.
+    #[error(
+        "expected {operand} to lie within its buffer of {len} elements, but it reaches element \
+         {needed}"
+    )]
+    OutOfBounds {
+        /// Which operand.
+        operand: &'static str,
+        /// One past the last element the layout reaches (`usize::MAX` on overflow).
+        needed: usize,
+        /// The buffer's length.
+        len: usize,
+    },
+    /// The output matrices of one batched call would overlap.
+    #[error(
+        "expected a stride between the batch's C matrices of at least their extent {extent}, \
+         but was given {stride}"
+    )]
+    OverlappingBatch {
+        /// The stride between consecutive C matrices.
+        stride: usize,
+        /// The elements one C matrix spans.
+        extent: usize,
+    },
+    /// A size does not fit cuBLAS's 32-bit (or, for batch strides, 64-bit) integers.
+    #[error("expected {what} to fit cuBLAS's {bits}-bit integers, but was given {value}")]
+    TooLarge {
+        /// Which size.
+        what: &'static str,
+        /// The size.
+        value: usize,
+        /// The integer width cuBLAS takes.
+        bits: u32,
+    },
+    /// The dims of a GEMM's operands do not fit together.
+    #[error(transparent)]
+    Shape(#[from] GemmShapeMismatch),
+}
+
+/// The driver symbols this module (through cudarc) reaches: device and primary-context
+/// management, one stream, events, stream-ordered and plain allocation, copies and memset.
+const DRIVER_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuGetErrorString",
+    "cuDeviceGet",
+    "cuDeviceGetCount",
+    "cuDeviceGetName",
+    "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuCtxSynchronize",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventDestroy_v2",
+    "cuMemAllocAsync",
+    "cuMemAlloc_v2",
+    "cuMemFreeAsync",
+    "cuMemFree_v2",
+    "cuMemsetD8Async",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+];
+
+/// The cuBLAS symbols this module reaches.
+const CUBLAS_SYMBOLS: &[&str] = &[
+    "cublasCreate_v2",
+    "cublasDestroy_v2",
+    "cublasSetStream_v2",
+    "cublasSgemm_v2",
+    "cublasDgemm_v2",
+    "cublasSgemmStridedBatched",
+    "cublasDgemmStridedBatched",
+];
+
+fn unavailable(library: &'static str, names: &[&str]) -> CudaError {
+    CudaError::Unavailable {
+        library,
+        searched: names
+            .iter()
+            .flat_map(|name| cudarc::get_lib_name_candidates(name))
+            .collect(),
+    }
+}
+
+fn probe_driver_uncached() -> Result<(), CudaError> {
+    use cudarc::driver::sys;
+    // SAFETY: loading a shared library runs its initialisers (why libloading's `Library::new`
+    // is unsafe); libcuda's need nothing from the caller, and the library is only opened here.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(unavailable("cuda", &["cuda", "nvcuda"]));
+    }
+    // SAFETY: `is_culib_present` just loaded one of the names `culib` tries, in the same
+    // order, so `culib` finds a library and does not panic.
+    let lib = unsafe { sys::culib() };
+    for &symbol in DRIVER_SYMBOLS {
+        // SAFETY: the lookup reads the library's symbol table only; the symbol is typed as a
+        // bare function pointer and dropped without being called.
+        if unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_err() {
+            return Err(CudaError::MissingSymbol {
+                library: "cuda",
+                symbol,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn probe_cublas_uncached() -> Result<(), CudaError> {
+    use cudarc::cublas::sys;
+    // SAFETY: as for the driver: cuBLAS's initialisers need nothing from the caller.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(unavailable("cublas", &["cublas"]));
+    }
+    // SAFETY: `is_culib_present` just loaded one of the names `culib` tries, so it finds one.
+    let lib = unsafe { sys::culib() };
+    for &symbol in CUBLAS_SYMBOLS {
+        // SAFETY: a symbol-table lookup; the symbol is never called.
+        if unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_err() {
+            return Err(CudaError::MissingSymbol {
+                library: "cublas",
+                symbol,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the CUDA driver library loads and exports every symbol this backend calls (checked
+/// once per process).
+///
+/// # Errors
+///
+/// [`CudaError::Unavailable`] with no driver, [`CudaError::MissingSymbol`] for an old one.
+pub fn probe_driver() -> Result<(), CudaError> {
+    static DRIVER: OnceLock<Result<(), CudaError>> = OnceLock::new();
+    DRIVER.get_or_init(probe_driver_uncached).clone()
+}
+
+/// Whether cuBLAS loads and exports every symbol this backend calls (checked once per
+/// process).
+///
+/// # Errors
+///
+/// As [`probe_driver`], for `cublas`.
+pub fn probe_cublas() -> Result<(), CudaError> {
+    static CUBLAS: OnceLock<Result<(), CudaError>> = OnceLock::new();
+    CUBLAS.get_or_init(probe_cublas_uncached).clone()
+}
+
+/// [`probe_driver`], then [`probe_cublas`]: whether this backend can make any call at all.
+/// It does not initialise the driver or look for devices ([`CudaDevice::count`] does).
+///
+/// # Errors
+///
+/// The first library that is missing or too old.
+pub fn probe() -> Result<(), CudaError> {
+    probe_driver()?;
+    probe_cublas()
+}
+
+/// Wraps a driver error with what was being done.
+fn driver(during: &'static str) -> impl FnOnce(DriverError) -> CudaError {
+    move |source| CudaError::Driver { during, source }
+}
+
+/// Wraps a cuBLAS error with what was being done.
+fn cublas(during: &'static str) -> impl FnOnce(CublasError) -> CudaError {
+    move |source| CudaError::Cublas { during, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs everywhere: with no driver the probe is a typed error naming the names searched.
+    #[test]
+    fn probing_never_panics_and_names_what_it_searched() {
+        match probe() {
+            Ok(()) => println!("CUDA driver and cuBLAS present"),
+            Err(CudaError::Unavailable { library, searched }) => {
+                assert!(library == "cuda" || library == "cublas");
+                assert!(searched.iter().any(|name| name.contains(library)));
+                let message = probe().unwrap_err().to_string();
+                assert!(message.contains("expected the"), "{message}");
+            }
+            Err(e @ CudaError::MissingSymbol { .. }) => println!("old CUDA libraries: {e}"),
+            Err(e) => panic!("the probe gave an error it never makes: {e}"),
+        }
+    }
+}
