@@ -39,13 +39,14 @@ pub const BINDINGS_CUDA_VERSION: &str = "13.0";
 pub enum CudaError {
     /// A shared library could not be loaded under any of the names cudarc tries.
     #[error(
-        "expected the {library} shared library to load, but none of {searched:?} could be \
-         loaded (no NVIDIA driver or CUDA toolkit on the library path)"
+        "expected the {library} shared library to load, but none of the {n} names tried \
+         ({names}) could be loaded (no NVIDIA driver or CUDA toolkit on the library path)",
+        n = .searched.len(), names = short_list(.searched)
     )]
     Unavailable {
         /// The library's base name (`cuda` for the driver, `cublas`).
         library: &'static str,
-        /// The file names tried.
+        /// The file names tried, in order, without repeats.
         searched: Vec<String>,
     },
     /// A loaded library lacks a symbol this backend calls (it is older than the bindings).
@@ -198,13 +199,24 @@ const CUBLAS_SYMBOLS: &[&str] = &[
 ];
 
 fn unavailable(library: &'static str, names: &[&str]) -> CudaError {
-    CudaError::Unavailable {
-        library,
-        searched: names
-            .iter()
-            .flat_map(|name| cudarc::get_lib_name_candidates(name))
-            .collect(),
+    let mut searched: Vec<String> = Vec::new();
+    for candidate in names
+        .iter()
+        .flat_map(|name| cudarc::get_lib_name_candidates(name))
+    {
+        if !searched.contains(&candidate) {
+            searched.push(candidate);
+        }
     }
+    CudaError::Unavailable { library, searched }
+}
+
+/// The first three names and the last, for a message (the error holds them all).
+fn short_list(names: &[String]) -> String {
+    if names.len() <= 4 {
+        return names.join(", ");
+    }
+    format!("{}, ..., {}", names[..3].join(", "), names[names.len() - 1])
 }
 
 fn probe_driver_uncached() -> Result<(), CudaError> {

@@ -1,0 +1,475 @@
+//! The CUDA backend against plain triple-loop references, on seeded random inputs.
+//!
+//! Every test that needs a device opens device 0 first and, on a machine with no driver (or no
+//! device), prints `skipped: ...` and returns. `open_without_a_driver_is_a_typed_error` runs
+//! everywhere: with no driver it checks that opening a device is the typed `Unavailable` error,
+//! not a panic.
+
+#![cfg(feature = "cuda")]
+
+use tessera_backends::cuda::{
+    CudaDevice, CudaError, CudaScalar, DeviceBuffer, MatLayout, Op, StridedBatch, probe,
+};
+
+/// Device 0, or `None` (having said why the test is skipped) when there is no driver or device.
+fn device() -> Option<CudaDevice> {
+    match CudaDevice::open(0) {
+        Ok(dev) => Some(dev),
+        Err(e @ (CudaError::Unavailable { .. } | CudaError::MissingSymbol { .. })) => {
+            println!("skipped: no CUDA driver ({e})");
+            None
+        }
+        Err(e @ CudaError::NoDevice { .. }) => {
+            println!("skipped: no CUDA device ({e})");
+            None
+        }
+        Err(e) => panic!("opening CUDA device 0 failed: {e}"),
+    }
+}
+
+#[test]
+fn open_without_a_driver_is_a_typed_error() {
+    match probe() {
+        Err(CudaError::Unavailable { library, searched }) => {
+            let err = CudaDevice::open(0).unwrap_err();
+            assert!(
+                matches!(&err, CudaError::Unavailable { library: l, .. } if *l == library),
+                "{err}"
+            );
+            assert_eq!(CudaDevice::count().unwrap_err(), err);
+            assert!(!searched.is_empty());
+            let message = err.to_string();
+            assert!(message.starts_with("expected the "), "{message}");
+            assert!(message.contains(&searched[0]), "{message}");
+            println!("no CUDA driver here: open(0) gave `{message}`");
+        }
+        Err(e @ CudaError::MissingSymbol { .. }) => {
+            assert_eq!(CudaDevice::open(0).unwrap_err(), e);
+            println!("old CUDA libraries here: open(0) gave `{e}`");
+        }
+        Ok(()) => {
+            // With a driver, an ordinal past the last device is the typed NoDevice.
+            let count = CudaDevice::count().unwrap();
+            let err = CudaDevice::open(count).unwrap_err();
+            assert_eq!(
+                err,
+                CudaError::NoDevice {
+                    ordinal: count,
+                    count
+                }
+            );
+            println!("{count} CUDA device(s); open({count}) gave `{err}`");
+        }
+        Err(e) => panic!("the probe gave an error it never makes: {e}"),
+    }
+}
+
+/// splitmix64: seeded, reproducible inputs in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}
+
+trait Real: CudaScalar {
+    fn of(x: f64) -> Self;
+    fn to(self) -> f64;
+    /// Tolerance per unit of k.
+    const TOL: f64;
+}
+
+impl Real for f32 {
+    fn of(x: f64) -> Self {
+        x as f32
+    }
+    fn to(self) -> f64 {
+        f64::from(self)
+    }
+    const TOL: f64 = 1e-5;
+}
+
+impl Real for f64 {
+    fn of(x: f64) -> Self {
+        x
+    }
+    fn to(self) -> f64 {
+        self
+    }
+    const TOL: f64 = 1e-13;
+}
+
+fn random<T: Real>(rng: &mut Rng, len: usize) -> Vec<T> {
+    (0..len).map(|_| T::of(rng.next())).collect()
+}
+
+/// Element (i, j) of `op(stored)`.
+fn at<T: Real>(data: &[T], l: MatLayout, op: Op, i: usize, j: usize) -> f64 {
+    let (r, c) = match op {
+        Op::Identity => (i, j),
+        Op::Transpose => (j, i),
+    };
+    data[l.offset + r + c * l.ld].to()
+}
+
+/// `C <- alpha op(A) op(B) + beta C` by the definition (beta = 0 does not read C).
+#[allow(clippy::too_many_arguments)]
+fn reference<T: Real>(
+    c: &mut [f64],
+    lc: MatLayout,
+    beta: f64,
+    a: &[T],
+    la: MatLayout,
+    op_a: Op,
+    b: &[T],
+    lb: MatLayout,
+    op_b: Op,
+    alpha: f64,
+    k: usize,
+) {
+    for j in 0..lc.cols {
+        for i in 0..lc.rows {
+            let sum: f64 = (0..k)
+                .map(|l| at(a, la, op_a, i, l) * at(b, lb, op_b, l, j))
+                .sum();
+            let cij = &mut c[lc.offset + i + j * lc.ld];
+            *cij = if beta == 0.0 {
+                alpha * sum
+            } else {
+                alpha * sum + beta * *cij
+            };
+        }
+    }
+}
+
+fn stored(rows: usize, cols: usize, op: Op) -> (usize, usize) {
+    match op {
+        Op::Identity => (rows, cols),
+        Op::Transpose => (cols, rows),
+    }
+}
+
+/// A padded layout: a few elements of offset and a leading dim past the rows.
+fn padded(rows: usize, cols: usize, seed: usize) -> MatLayout {
+    MatLayout {
+        offset: 1 + seed % 3,
+        rows,
+        cols,
+        ld: rows + seed % 4,
+    }
+}
+
+fn assert_close<T: Real>(got: &[T], want: &[f64], k: usize, what: &str) {
+    let tol = T::TOL * (k.max(1) as f64) * 4.0;
+    for (idx, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let g = g.to();
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan()),
+            "{what}: element {idx} is {g}, expected {w} (tolerance {tol})"
+        );
+    }
+}
+
+fn check_gemm<T: Real>(dev: &CudaDevice, m: usize, n: usize, k: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    for (case, (op_a, op_b)) in [
+        (Op::Identity, Op::Identity),
+        (Op::Transpose, Op::Identity),
+        (Op::Identity, Op::Transpose),
+        (Op::Transpose, Op::Transpose),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for beta in [0.0, 0.75] {
+            let (ar, ac) = stored(m, k, op_a);
+            let (br, bc) = stored(k, n, op_b);
+            let (la, lb, lc) = (
+                padded(ar, ac, case),
+                padded(br, bc, case + 1),
+                padded(m, n, case + 2),
+            );
+            let len = |l: MatLayout| l.offset + l.extent().unwrap() + 2;
+            let a: Vec<T> = random(&mut rng, len(la));
+            let b: Vec<T> = random(&mut rng, len(lb));
+            let mut c: Vec<T> = random(&mut rng, len(lc));
+            if beta == 0.0 {
+                // beta = 0 must not read C.
+                for j in 0..n {
+                    for i in 0..m {
+                        c[lc.offset + i + j * lc.ld] = T::of(f64::NAN);
+                    }
+                }
+            }
+            let alpha = 1.25;
+            let mut want: Vec<f64> = c.iter().map(|&x| x.to()).collect();
+            reference(&mut want, lc, beta, &a, la, op_a, &b, lb, op_b, alpha, k);
+
+            let da = dev.upload(&a).unwrap();
+            let db = dev.upload(&b).unwrap();
+            let mut dc = dev.upload(&c).unwrap();
+            dev.gemm(
+                dc.mat_mut(lc),
+                T::of(beta),
+                da.mat(la),
+                op_a,
+                db.mat(lb),
+                op_b,
+                T::of(alpha),
+            )
+            .unwrap();
+            let got = dev.download(&dc).unwrap();
+            let what = format!("{} gemm {m}x{n}x{k} {op_a:?} {op_b:?} beta {beta}", T::NAME);
+            assert_close(&got, &want, k, &what);
+        }
+    }
+}
+
+#[test]
+fn gemm_matches_the_definition_for_every_transpose_and_beta() {
+    let Some(dev) = device() else { return };
+    println!("device 0: {}", dev.name().unwrap());
+    for (m, n, k, seed) in [
+        (5, 7, 3, 1),
+        (1, 1, 1, 2),
+        (64, 48, 80, 3),
+        (130, 67, 129, 4),
+    ] {
+        check_gemm::<f32>(&dev, m, n, k, seed);
+        check_gemm::<f64>(&dev, m, n, k, seed + 100);
+    }
+}
+
+/// k = 0: C <- beta C (and 0 for beta = 0), as BLAS defines it.
+#[test]
+fn an_empty_inner_dim_scales_c() {
+    let Some(dev) = device() else { return };
+    let a = dev.alloc_zeros::<f64>(0).unwrap();
+    let b = dev.alloc_zeros::<f64>(0).unwrap();
+    let mut c = dev.upload(&[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let lc = MatLayout::contiguous(2, 2);
+    let (la, lb) = (MatLayout::contiguous(2, 0), MatLayout::contiguous(0, 2));
+    dev.gemm(
+        c.mat_mut(lc),
+        0.5,
+        a.mat(la),
+        Op::Identity,
+        b.mat(lb),
+        Op::Identity,
+        1.0,
+    )
+    .unwrap();
+    assert_eq!(dev.download(&c).unwrap(), vec![0.5, 1.0, 1.5, 2.0]);
+    dev.gemm(
+        c.mat_mut(lc),
+        0.0,
+        a.mat(la),
+        Op::Identity,
+        b.mat(lb),
+        Op::Identity,
+        1.0,
+    )
+    .unwrap();
+    assert_eq!(dev.download(&c).unwrap(), vec![0.0; 4]);
+}
+
+fn check_batched<T: Real>(dev: &CudaDevice, m: usize, n: usize, k: usize, count: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    for (op_a, op_b, share_b) in [
+        (Op::Identity, Op::Identity, false),
+        (Op::Transpose, Op::Identity, false),
+        (Op::Identity, Op::Transpose, true),
+        (Op::Transpose, Op::Transpose, false),
+    ] {
+        let (ar, ac) = stored(m, k, op_a);
+        let (br, bc) = stored(k, n, op_b);
+        let (la, lb, lc) = (padded(ar, ac, 1), padded(br, bc, 2), padded(m, n, 3));
+        let stride = |l: MatLayout, pad: usize| l.extent().unwrap() + pad;
+        let batch = StridedBatch {
+            count,
+            stride_a: stride(la, 3),
+            stride_b: if share_b { 0 } else { stride(lb, 1) },
+            stride_c: stride(lc, 2),
+        };
+        let len = |l: MatLayout, s: usize| l.offset + (count - 1) * s + l.extent().unwrap();
+        let a: Vec<T> = random(&mut rng, len(la, batch.stride_a));
+        let b: Vec<T> = random(&mut rng, len(lb, batch.stride_b));
+        let c: Vec<T> = random(&mut rng, len(lc, batch.stride_c));
+        let (alpha, beta) = (0.5, -1.5);
+        let mut want: Vec<f64> = c.iter().map(|&x| x.to()).collect();
+        for i in 0..count {
+            let shift = |l: MatLayout, s: usize| MatLayout {
+                offset: l.offset + i * s,
+                ..l
+            };
+            reference(
+                &mut want,
+                shift(lc, batch.stride_c),
+                beta,
+                &a,
+                shift(la, batch.stride_a),
+                op_a,
+                &b,
+                shift(lb, batch.stride_b),
+                op_b,
+                alpha,
+                k,
+            );
+        }
+        let da = dev.upload(&a).unwrap();
+        let db = dev.upload(&b).unwrap();
+        let mut dc = dev.upload(&c).unwrap();
+        dev.gemm_strided_batched(
+            batch,
+            dc.mat_mut(lc),
+            T::of(beta),
+            da.mat(la),
+            op_a,
+            db.mat(lb),
+            op_b,
+            T::of(alpha),
+        )
+        .unwrap();
+        let got = dev.download(&dc).unwrap();
+        let what = format!(
+            "{} batched gemm {count} x {m}x{n}x{k} {op_a:?} {op_b:?}",
+            T::NAME
+        );
+        assert_close(&got, &want, k, &what);
+    }
+}
+
+#[test]
+fn strided_batched_gemm_matches_one_gemm_per_member() {
+    let Some(dev) = device() else { return };
+    for (m, n, k, count, seed) in [(3, 4, 5, 1, 7), (8, 6, 7, 5, 8), (65, 33, 40, 9, 9)] {
+        check_batched::<f32>(&dev, m, n, k, count, seed);
+        check_batched::<f64>(&dev, m, n, k, count, seed + 100);
+    }
+}
+
+#[test]
+fn copies_round_trip_and_refuse_unequal_lengths() {
+    let Some(dev) = device() else { return };
+    let mut rng = Rng(11);
+    let host: Vec<f32> = random(&mut rng, 1000);
+    let mut buf: DeviceBuffer<f32> = dev.upload(&host).unwrap();
+    assert_eq!((buf.len(), buf.ordinal()), (1000, 0));
+    assert_eq!(dev.download(&buf).unwrap(), host);
+    let twice: Vec<f32> = host.iter().map(|x| 2.0 * x).collect();
+    dev.copy_to_device(&twice, &mut buf).unwrap();
+    let mut back = vec![0.0_f32; 1000];
+    dev.copy_to_host(&buf, &mut back).unwrap();
+    assert_eq!(back, twice);
+    assert_eq!(
+        dev.copy_to_device(&twice[..999], &mut buf),
+        Err(CudaError::LengthMismatch {
+            what: "host to device",
+            expected: 1000,
+            given: 999
+        })
+    );
+    assert!(matches!(
+        dev.copy_to_host(&buf, &mut back[..10]),
+        Err(CudaError::LengthMismatch { .. })
+    ));
+    let empty = dev.upload::<f64>(&[]).unwrap();
+    assert!(empty.is_empty());
+    assert_eq!(dev.download(&empty).unwrap(), Vec::<f64>::new());
+    let zeros = dev.alloc_zeros::<f64>(17).unwrap();
+    assert_eq!(dev.download(&zeros).unwrap(), vec![0.0; 17]);
+}
+
+#[test]
+fn bad_layouts_are_refused_and_nothing_is_written() {
+    let Some(dev) = device() else { return };
+    let a = dev.upload(&[1.0_f64; 12]).unwrap();
+    let b = dev.upload(&[1.0_f64; 12]).unwrap();
+    let mut c = dev.upload(&[7.0_f64; 12]).unwrap();
+    let l34 = MatLayout::contiguous(3, 4);
+    let l43 = MatLayout::contiguous(4, 3);
+    let l33 = MatLayout::contiguous(3, 3);
+    // Shape: op(A) is 3 x 4 and op(B) 3 x 4.
+    let err = dev
+        .gemm(
+            c.mat_mut(l33),
+            0.0,
+            a.mat(l34),
+            Op::Identity,
+            b.mat(l34),
+            Op::Identity,
+            1.0,
+        )
+        .unwrap_err();
+    assert!(matches!(err, CudaError::Shape(_)), "{err}");
+    // Out of bounds: A from offset 1 needs 13 elements.
+    let err = dev
+        .gemm(
+            c.mat_mut(l33),
+            0.0,
+            a.mat(MatLayout { offset: 1, ..l34 }),
+            Op::Identity,
+            b.mat(l43),
+            Op::Identity,
+            1.0,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CudaError::OutOfBounds {
+            operand: "A",
+            needed: 13,
+            len: 12
+        }
+    );
+    // Leading dim under the rows.
+    let err = dev
+        .gemm(
+            c.mat_mut(MatLayout { ld: 2, ..l33 }),
+            0.0,
+            a.mat(l34),
+            Op::Identity,
+            b.mat(l43),
+            Op::Identity,
+            1.0,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, CudaError::LeadingDim { operand: "C", .. }),
+        "{err}"
+    );
+    // Batched C matrices that would overlap.
+    let l22 = MatLayout::contiguous(2, 2);
+    let batch = StridedBatch {
+        count: 2,
+        stride_a: 4,
+        stride_b: 4,
+        stride_c: 3,
+    };
+    let err = dev
+        .gemm_strided_batched(
+            batch,
+            c.mat_mut(l22),
+            0.0,
+            a.mat(l22),
+            Op::Identity,
+            b.mat(l22),
+            Op::Identity,
+            1.0,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CudaError::OverlappingBatch {
+            stride: 3,
+            extent: 4
+        }
+    );
+    assert_eq!(dev.download(&c).unwrap(), vec![7.0; 12]);
+}
