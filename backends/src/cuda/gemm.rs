@@ -181,23 +181,47 @@ struct Checked<T> {
     empty: bool,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn check<T: CudaScalar>(
-    dev: &CudaDevice,
+/// One operand as [`check`] sees it: where it lies, what cuBLAS applies to it, and the length
+/// of its buffer.
+#[derive(Debug, Clone, Copy)]
+struct Operand {
+    layout: MatLayout,
+    op: Op,
+    len: usize,
+}
+
+impl<T> DeviceMat<'_, T> {
+    fn operand(&self, op: Op) -> Operand {
+        Operand {
+            layout: self.layout,
+            op,
+            len: self.buf.len(),
+        }
+    }
+}
+
+impl<T> DeviceMatMut<'_, T> {
+    fn operand(&self) -> Operand {
+        Operand {
+            layout: self.layout,
+            op: Op::Identity,
+            len: self.buf.len(),
+        }
+    }
+}
+
+/// Checks the dims, layouts and sizes of a (batched) GEMM against the buffers' lengths; needs
+/// no device.
+fn check<T>(
     batch: StridedBatch,
-    c: &DeviceMatMut<'_, T>,
+    c: Operand,
     beta: T,
-    a: &DeviceMat<'_, T>,
-    op_a: Op,
-    b: &DeviceMat<'_, T>,
-    op_b: Op,
+    a: Operand,
+    b: Operand,
     alpha: T,
 ) -> Result<Checked<T>, CudaError> {
-    dev.check_device("C", c.buf)?;
-    dev.check_device("A", a.buf)?;
-    dev.check_device("B", b.buf)?;
-    let (a_rows, a_cols) = a.layout.op_dims(op_a);
-    let (b_rows, b_cols) = b.layout.op_dims(op_b);
+    let (a_rows, a_cols) = a.layout.op_dims(a.op);
+    let (b_rows, b_cols) = b.layout.op_dims(b.op);
     let (m, n) = (c.layout.rows, c.layout.cols);
     if a_rows != m || b_cols != n || a_cols != b_rows {
         return Err(GemmShapeMismatch {
@@ -211,15 +235,9 @@ fn check<T: CudaScalar>(
         .into());
     }
     let k = a_cols;
-    let span_a = a
-        .layout
-        .check("A", batch.count, batch.stride_a, a.buf.len())?;
-    let span_b = b
-        .layout
-        .check("B", batch.count, batch.stride_b, b.buf.len())?;
-    let span_c = c
-        .layout
-        .check("C", batch.count, batch.stride_c, c.buf.len())?;
+    let span_a = a.layout.check("A", batch.count, batch.stride_a, a.len)?;
+    let span_b = b.layout.check("B", batch.count, batch.stride_b, b.len)?;
+    let span_c = c.layout.check("C", batch.count, batch.stride_c, c.len)?;
     let extent_c = c.layout.extent().unwrap_or(usize::MAX);
     if batch.count > 1 && extent_c > 0 && batch.stride_c < extent_c {
         return Err(CudaError::OverlappingBatch {
@@ -228,8 +246,8 @@ fn check<T: CudaScalar>(
         });
     }
     let cfg = GemmConfig {
-        transa: op_a.cublas(),
-        transb: op_b.cublas(),
+        transa: a.op.cublas(),
+        transb: b.op.cublas(),
         m: int("m (rows of C)", m)?,
         n: int("n (columns of C)", n)?,
         k: int("k (the inner dim)", k)?,
@@ -246,6 +264,19 @@ fn check<T: CudaScalar>(
         c: (c.layout.offset, span_c),
         empty: m == 0 || n == 0 || batch.count == 0,
     })
+}
+
+impl CudaDevice {
+    fn check_devices<T>(
+        &self,
+        c: &DeviceMatMut<'_, T>,
+        a: &DeviceMat<'_, T>,
+        b: &DeviceMat<'_, T>,
+    ) -> Result<(), CudaError> {
+        self.check_device("C", c.buf)?;
+        self.check_device("A", a.buf)?;
+        self.check_device("B", b.buf)
+    }
 }
 
 /// The view `offset..offset + span` of a buffer whose layout `check` put inside it (an empty
@@ -283,7 +314,15 @@ impl CudaDevice {
             stride_b: 0,
             stride_c: 0,
         };
-        let checked = check(self, single, &c, beta, &a, op_a, &b, op_b, alpha)?;
+        self.check_devices(&c, &a, &b)?;
+        let checked = check(
+            single,
+            c.operand(),
+            beta,
+            a.operand(op_a),
+            b.operand(op_b),
+            alpha,
+        )?;
         if checked.empty {
             return Ok(());
         }
@@ -323,7 +362,15 @@ impl CudaDevice {
         op_b: Op,
         alpha: T,
     ) -> Result<(), CudaError> {
-        let checked = check(self, batch, &c, beta, &a, op_a, &b, op_b, alpha)?;
+        self.check_devices(&c, &a, &b)?;
+        let checked = check(
+            batch,
+            c.operand(),
+            beta,
+            a.operand(op_a),
+            b.operand(op_b),
+            alpha,
+        )?;
         if checked.empty {
             return Ok(());
         }
@@ -413,6 +460,171 @@ mod tests {
         assert_eq!(
             int("m", 1 << 31).unwrap_err().to_string(),
             "expected m to fit cuBLAS's 32-bit integers, but was given 2147483648"
+        );
+    }
+
+    fn operand(rows: usize, cols: usize, op: Op, len: usize) -> Operand {
+        Operand {
+            layout: MatLayout::contiguous(rows, cols),
+            op,
+            len,
+        }
+    }
+
+    const ONE: StridedBatch = StridedBatch {
+        count: 1,
+        stride_a: 0,
+        stride_b: 0,
+        stride_c: 0,
+    };
+
+    /// Runs everywhere: what a GEMM call checks before it reaches cuBLAS.
+    #[test]
+    fn gemm_dims_and_batches_are_checked_before_any_call() {
+        // C (3 x 2) = A^T (A stored 4 x 3) B (4 x 2).
+        let c = operand(3, 2, Op::Identity, 6);
+        let a = operand(4, 3, Op::Transpose, 12);
+        let b = operand(4, 2, Op::Identity, 8);
+        let ok = check(ONE, c, 0.0_f64, a, b, 1.0).unwrap();
+        assert_eq!((ok.cfg.m, ok.cfg.n, ok.cfg.k), (3, 2, 4));
+        assert_eq!((ok.cfg.lda, ok.cfg.ldb, ok.cfg.ldc), (4, 4, 3));
+        assert_eq!(ok.cfg.transa, cublasOperation_t::CUBLAS_OP_T);
+        assert_eq!(
+            (ok.a, ok.b, ok.c, ok.empty),
+            ((0, 12), (0, 8), (0, 6), false)
+        );
+        // Without the transpose, op(A) is 4 x 3: refused with the dims of op(A) and op(B).
+        let err = check(
+            ONE,
+            c,
+            0.0_f64,
+            Operand {
+                op: Op::Identity,
+                ..a
+            },
+            b,
+            1.0,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            err,
+            CudaError::Shape(GemmShapeMismatch {
+                c_rows: 3,
+                c_cols: 2,
+                a_rows: 4,
+                a_cols: 3,
+                b_rows: 4,
+                b_cols: 2,
+            })
+        );
+        assert!(err.to_string().starts_with("expected C (3 x 2)"), "{err}");
+        // A buffer too short for B.
+        let err = check(ONE, c, 0.0_f64, a, Operand { len: 7, ..b }, 1.0)
+            .err()
+            .unwrap();
+        assert!(matches!(
+            err,
+            CudaError::OutOfBounds {
+                operand: "B",
+                needed: 8,
+                len: 7
+            }
+        ));
+        // An empty C is nothing to do, whatever k is.
+        let empty = check(
+            ONE,
+            operand(0, 2, Op::Identity, 0),
+            0.0_f64,
+            operand(4, 0, Op::Transpose, 0),
+            b,
+            1.0,
+        )
+        .unwrap();
+        assert!(empty.empty);
+        // Batches: every member in bounds, C members apart, counts that fit.
+        let batch = StridedBatch {
+            count: 3,
+            stride_a: 12,
+            stride_b: 0,
+            stride_c: 6,
+        };
+        let ok = check(
+            batch,
+            Operand { len: 18, ..c },
+            1.0_f32,
+            Operand { len: 36, ..a },
+            b,
+            2.0,
+        )
+        .unwrap();
+        assert_eq!((ok.a, ok.b, ok.c), ((0, 36), (0, 8), (0, 18)));
+        let err = check(
+            batch,
+            Operand { len: 18, ..c },
+            1.0_f32,
+            Operand { len: 35, ..a },
+            b,
+            2.0,
+        )
+        .err()
+        .unwrap();
+        assert!(matches!(
+            err,
+            CudaError::OutOfBounds {
+                operand: "A",
+                needed: 36,
+                len: 35
+            }
+        ));
+        let err = check(
+            StridedBatch {
+                stride_c: 5,
+                ..batch
+            },
+            Operand { len: 18, ..c },
+            1.0_f32,
+            Operand { len: 36, ..a },
+            b,
+            2.0,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            err,
+            CudaError::OverlappingBatch {
+                stride: 5,
+                extent: 6
+            }
+        );
+        // A dim past cuBLAS's 32-bit integers.
+        let wide = 1_usize << 31;
+        let err = check(
+            ONE,
+            Operand {
+                len: usize::MAX,
+                ..operand(1, wide, Op::Identity, 0)
+            },
+            0.0_f64,
+            Operand {
+                len: usize::MAX,
+                ..operand(1, 1, Op::Identity, 0)
+            },
+            Operand {
+                len: usize::MAX,
+                ..operand(1, wide, Op::Identity, 0)
+            },
+            1.0,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            err,
+            CudaError::TooLarge {
+                what: "n (columns of C)",
+                value: wide,
+                bits: 32
+            }
         );
     }
 }

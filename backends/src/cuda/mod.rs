@@ -309,6 +309,16 @@ fn cublas(during: &'static str) -> impl FnOnce(CublasError) -> CudaError {
 mod tests {
     use super::*;
 
+    /// The handles can be shared with and moved to the runtime's workers.
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<CudaDevice>();
+        send_sync::<DeviceBuffer<f32>>();
+        send_sync::<DeviceBuffer<f64>>();
+        send_sync::<CudaError>();
+    }
+
     /// Runs everywhere: with no driver the probe is a typed error naming the names searched.
     #[test]
     fn probing_never_panics_and_names_what_it_searched() {
