@@ -19,6 +19,34 @@
 //! Work is stream-ordered: every call enqueues on the device's one stream and returns; the host
 //! copies that read device data ([`CudaDevice::copy_to_host`], [`CudaDevice::download`]) wait
 //! for the stream.
+//!
+//! ```
+//! use tessera_backends::cuda::{CudaDevice, CudaError, MatLayout, Op};
+//! # fn main() -> Result<(), CudaError> {
+//! let dev = match CudaDevice::open(0) {
+//!     Ok(dev) => dev,
+//!     // No driver, an old one, or no device: nothing to run here (and no panic).
+//!     Err(CudaError::Unavailable { .. } | CudaError::MissingSymbol { .. }) => return Ok(()),
+//!     Err(CudaError::NoDevice { .. }) => return Ok(()),
+//!     Err(e) => return Err(e),
+//! };
+//! // C (2 x 2) = A (2 x 3) B (3 x 2), all column-major.
+//! let a = dev.upload(&[1.0_f64, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+//! let b = dev.upload(&[1.0_f64; 6])?;
+//! let mut c = dev.alloc_zeros::<f64>(4)?;
+//! dev.gemm(
+//!     c.mat_mut(MatLayout::contiguous(2, 2)),
+//!     0.0,
+//!     a.mat(MatLayout::contiguous(2, 3)),
+//!     Op::Identity,
+//!     b.mat(MatLayout::contiguous(3, 2)),
+//!     Op::Identity,
+//!     1.0,
+//! )?;
+//! assert_eq!(dev.download(&c)?, vec![9.0, 12.0, 9.0, 12.0]);
+//! # Ok(())
+//! # }
+//! ```
 
 mod device;
 mod gemm;
