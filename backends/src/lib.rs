@@ -2,9 +2,9 @@
 //!
 //! Owns: the element types ([`Scalar`]) and the backends that run leaf kernels over resolved
 //! views: [`cpu`] on plain loops over contiguous runs (and, with the contraction issue, faer
-//! and rayon), and, with the `cuda` feature, [`cuda`] on cuBLAS through cudarc (loaded at run
-//! time, so it builds with no CUDA installed). Invariant: a backend sees only resolved views, never async types, and never
-//! writes outside the views it is handed.
+//! and rayon), and, with the `cuda` feature, `cuda` on cuBLAS through cudarc (loaded at run
+//! time, so it builds with no CUDA installed). Invariant: a backend sees only resolved views,
+//! never async types, and never writes outside the views it is handed.
 
 #![deny(missing_docs)]
 
