@@ -505,9 +505,12 @@ unsafe fn micro_transpose<T: Copy, U: Copy>(
 }
 
 /// A register transpose of the whole full-tile region of one 2-D transpose, for element
-/// types that are plain bits of 8 or 16 bytes: `dst[r + c * ld_dst] = src[c + r * ld_src]`
-/// for `r < rows`, `c < cols` (both multiples of [`MICRO`]), in elements of `T`.
-type TransposeKernel = unsafe fn(*mut u8, isize, *const u8, isize, usize, usize);
+/// types that are plain bits of 4, 8 or 16 bytes: `dst[r + c * ld_dst] = src[c + r * ld_src]
+/// ^ mask` for `r < rows`, `c < cols` (both multiples of [`MICRO`]), in elements of `T`, with
+/// `mask` the element's bit pattern to flip (little-endian, as the element lies in memory;
+/// bits past the element's size are ignored). One XOR per vector: a mask of zero is a plain
+/// transpose, a mask of sign bits negates or conjugates exactly.
+type TransposeKernel = unsafe fn(*mut u8, isize, *const u8, isize, usize, usize, u128);
 
 /// The register transpose for `T`, when `T` is one of the plain-bits element types of a
 /// size with a vector kernel and the CPU has the instructions (detected once by std and
@@ -594,8 +597,10 @@ mod simd {
         ld_src: isize,
         rows: usize,
         cols: usize,
+        mask: u128,
     ) {
         let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
+        let flip = _mm256_castsi256_pd(_mm256_set1_epi64x(mask as u64 as i64));
         // Bands of `MICRO` rows outer: along a band the source is read as `MICRO` sequential
         // streams, which the hardware prefetches, and each square writes whole destination
         // lines.
@@ -637,7 +642,7 @@ mod simd {
                             ];
                             for (i, v) in cols4.into_iter().enumerate() {
                                 let line = d.offset((4 * h + i) as isize * ld_dst);
-                                _mm256_storeu_pd(line.add(4 * q), v);
+                                _mm256_storeu_pd(line.add(4 * q), _mm256_xor_pd(v, flip));
                             }
                         }
                     }
@@ -663,8 +668,11 @@ mod simd {
         ld_src: isize,
         rows: usize,
         cols: usize,
+        mask: u128,
     ) {
         let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
+        // XOR in the integer domain (AVX-512F; the float XOR needs AVX-512DQ).
+        let flip = _mm512_set1_epi64(mask as u64 as i64);
         // Lane indices of `_mm512_permutex2var_pd(a, idx, b)`: 0..8 pick from `a`, 8..16
         // from `b`. Quads: [a0 a1 b0 b1 a4 a5 b4 b5] and [a2 a3 b2 b3 a6 a7 b6 b7];
         // halves: the low and the high four lanes of `a` then of `b`.
@@ -706,8 +714,15 @@ mod simd {
                     for c in 0..4 {
                         let lo = _mm512_permutex2var_pd(q[c], half_lo, q[c + 4]);
                         let hi = _mm512_permutex2var_pd(q[c], half_hi, q[c + 4]);
-                        _mm512_storeu_pd(d.offset(c as isize * ld_dst), lo);
-                        _mm512_storeu_pd(d.offset((c + 4) as isize * ld_dst), hi);
+                        let (lo, hi) = (
+                            _mm512_xor_epi64(_mm512_castpd_si512(lo), flip),
+                            _mm512_xor_epi64(_mm512_castpd_si512(hi), flip),
+                        );
+                        _mm512_storeu_pd(d.offset(c as isize * ld_dst), _mm512_castsi512_pd(lo));
+                        _mm512_storeu_pd(
+                            d.offset((c + 4) as isize * ld_dst),
+                            _mm512_castsi512_pd(hi),
+                        );
                     }
                 }
             }
@@ -728,9 +743,12 @@ mod simd {
         ld_src: isize,
         rows: usize,
         cols: usize,
+        mask: u128,
     ) {
         // Two f64 lanes per element: offsets double.
         let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
+        let (lo, hi) = (mask as u64 as i64, (mask >> 64) as u64 as i64);
+        let flip = _mm256_castsi256_pd(_mm256_set_epi64x(hi, lo, hi, lo));
         // Bands of `MICRO` rows outer: along a band the source is read as `MICRO` sequential
         // streams, which the hardware prefetches, and each square writes whole destination
         // lines.
@@ -752,8 +770,8 @@ mod simd {
                             let c1 = _mm256_permute2f128_pd::<0x31>(a, b);
                             let l0 = d.offset(2 * (2 * h as isize) * ld_dst);
                             let l1 = d.offset(2 * (2 * h as isize + 1) * ld_dst);
-                            _mm256_storeu_pd(l0.add(4 * p), c0);
-                            _mm256_storeu_pd(l1.add(4 * p), c1);
+                            _mm256_storeu_pd(l0.add(4 * p), _mm256_xor_pd(c0, flip));
+                            _mm256_storeu_pd(l1.add(4 * p), _mm256_xor_pd(c1, flip));
                         }
                     }
                 }
@@ -775,8 +793,10 @@ mod simd {
         ld_src: isize,
         rows: usize,
         cols: usize,
+        mask: u128,
     ) {
         let (dst, src) = (dst.cast::<f32>(), src.cast::<f32>());
+        let flip = _mm256_castsi256_ps(_mm256_set1_epi32(mask as u32 as i32));
         // Bands of `MICRO` rows outer: along a band the source is read as `MICRO` sequential
         // streams, which the hardware prefetches, and each square writes whole destination
         // lines.
@@ -817,8 +837,11 @@ mod simd {
                     for i in 0..4 {
                         let lo = _mm256_permute2f128_ps::<0x20>(u[i], u[i + 4]);
                         let hi = _mm256_permute2f128_ps::<0x31>(u[i], u[i + 4]);
-                        _mm256_storeu_ps(d.offset(i as isize * ld_dst), lo);
-                        _mm256_storeu_ps(d.offset((i + 4) as isize * ld_dst), hi);
+                        _mm256_storeu_ps(d.offset(i as isize * ld_dst), _mm256_xor_ps(lo, flip));
+                        _mm256_storeu_ps(
+                            d.offset((i + 4) as isize * ld_dst),
+                            _mm256_xor_ps(hi, flip),
+                        );
                     }
                 }
             }
@@ -1033,16 +1056,36 @@ impl<T: Copy> StridedMut<'_, T> {
     where
         T: 'static,
     {
-        self.assign_with(src, |x| x, transpose_kernel::<T>())
+        self.assign_flipped(src, 0, |x| x)
     }
 
-    /// [`assign_map`](Self::assign_map), with `kernel` (when given) doing the full squares of
-    /// a plain transpose; it must then compute what `f` would (the identity, in practice).
+    /// Sets every element to the source's with the bits of `mask` flipped, `flip` being that
+    /// same map on one element: a negation (the sign bits), a complex conjugation (the
+    /// imaginary part's sign bit), or both, exactly. [`assign`](Self::assign) with the flip:
+    /// the full squares of a plain 2-D transpose go through the same vector kernels, which
+    /// flip with one XOR per vector; `flip` does the rest. `mask` is the element's bit
+    /// pattern as it lies in memory (little-endian; bits past the element's size are
+    /// ignored). If `flip` does not equal the XOR, which elements get which is unspecified
+    /// (never undefined). Returns `false` (and writes nothing) when the dims differ.
+    pub fn assign_flipped(
+        &mut self,
+        src: &StridedRef<'_, T>,
+        mask: u128,
+        flip: impl Fn(T) -> T,
+    ) -> bool
+    where
+        T: 'static,
+    {
+        self.assign_with(src, flip, transpose_kernel::<T>().map(|k| (k, mask)))
+    }
+
+    /// [`assign_map`](Self::assign_map), with `kernel` (when given, with its mask) doing the
+    /// full squares of a plain transpose; it must then compute what `f` would.
     fn assign_with<U: Copy>(
         &mut self,
         src: &StridedRef<'_, U>,
         f: impl Fn(U) -> T,
-        kernel: Option<TransposeKernel>,
+        kernel: Option<(TransposeKernel, u128)>,
     ) -> bool {
         if self.dims != src.dims {
             return false;
@@ -1111,7 +1154,7 @@ impl<T: Copy> StridedMut<'_, T> {
                 // is read as MICRO sequential streams (which the hardware prefetches) and the
                 // destination written in whole lines, one register-sized square at a time.
                 let (n0m, nfm) = (n0 - n0 % MICRO, nf - nf % MICRO);
-                if let Some(kernel) = kernel.filter(|_| n0m > 0 && nfm > 0) {
+                if let Some((kernel, mask)) = kernel.filter(|_| n0m > 0 && nfm > 0) {
                     // SAFETY: each call's rectangle is rows kt..kt + h of 0..n0m and columns
                     // jt..jt + w of 0..nfm (h, w multiples of MICRO, as KERNEL_TILE is), so
                     // its squares span i0 < n0m <= n0 and f < nfm <= nf at an
@@ -1129,6 +1172,7 @@ impl<T: Copy> StridedMut<'_, T> {
                                     s0,
                                     KERNEL_TILE.min(n0m - kt),
                                     KERNEL_TILE.min(nfm - jt),
+                                    mask,
                                 )
                             }
                         }
@@ -1355,53 +1399,93 @@ mod tests {
     #[test]
     fn every_vector_kernel_equals_the_transpose_definition() {
         use num_complex::Complex;
+        /// With `mask` 0 (a plain transpose) and with `mask`, whose flip of one element is
+        /// `flip`.
         fn check<T: Copy + PartialEq + std::fmt::Debug>(
             name: &str,
             kernel: TransposeKernel,
             make: impl Fn(usize) -> T,
             fill: T,
+            (mask, flip): (u128, impl Fn(T) -> T),
         ) {
-            for (rows, cols) in [(8, 8), (16, 8), (8, 24), (24, 40), (72, 16), (64, 136)] {
-                for (ps, pd) in [(0, 0), (1, 3), (5, 1)] {
-                    let (ld_src, ld_dst) = (cols + ps, rows + pd);
-                    let src: Vec<T> = (0..rows * ld_src).map(&make).collect();
-                    let mut dst = vec![fill; cols * ld_dst];
-                    // SAFETY: `src` holds rows x ld_src elements and `dst` cols x ld_dst, so
-                    // every square the kernel touches lies inside them; they are distinct
-                    // vectors; the CPU feature was checked by the caller.
-                    unsafe {
-                        kernel(
-                            dst.as_mut_ptr().cast(),
-                            ld_dst as isize,
-                            src.as_ptr().cast(),
-                            ld_src as isize,
-                            rows,
-                            cols,
-                        )
-                    };
-                    for c in 0..cols {
-                        for r in 0..ld_dst {
-                            let want = if r < rows { src[c + r * ld_src] } else { fill };
-                            assert_eq!(
-                                dst[r + c * ld_dst],
-                                want,
-                                "{name}: {rows}x{cols} pads ({ps}, {pd}) at r {r} c {c}"
-                            );
+            for masked in [false, true] {
+                let mask = if masked { mask } else { 0 };
+                let op = |v: T| if masked { flip(v) } else { v };
+                for (rows, cols) in [(8, 8), (16, 8), (8, 24), (24, 40), (72, 16), (64, 136)] {
+                    for (ps, pd) in [(0, 0), (1, 3), (5, 1)] {
+                        let (ld_src, ld_dst) = (cols + ps, rows + pd);
+                        let src: Vec<T> = (0..rows * ld_src).map(&make).collect();
+                        let mut dst = vec![fill; cols * ld_dst];
+                        // SAFETY: `src` holds rows x ld_src elements and `dst` cols x ld_dst, so
+                        // every square the kernel touches lies inside them; they are distinct
+                        // vectors; the CPU feature was checked by the caller.
+                        unsafe {
+                            kernel(
+                                dst.as_mut_ptr().cast(),
+                                ld_dst as isize,
+                                src.as_ptr().cast(),
+                                ld_src as isize,
+                                rows,
+                                cols,
+                                mask,
+                            )
+                        };
+                        for c in 0..cols {
+                            for r in 0..ld_dst {
+                                let want = if r < rows {
+                                    op(src[c + r * ld_src])
+                                } else {
+                                    fill
+                                };
+                                assert_eq!(
+                                    dst[r + c * ld_dst],
+                                    want,
+                                    "{name} mask {mask:#x}: {rows}x{cols} pads ({ps}, {pd}) at r {r} c {c}"
+                                );
+                            }
                         }
                     }
                 }
             }
         }
         if std::arch::is_x86_feature_detected!("avx2") {
-            check("b8 avx2", simd::transpose_b8, |i| i as f64 + 0.5, -1.0);
-            check("b8 avx2 u64", simd::transpose_b8, |i| i as u64 * 3 + 1, 0);
+            let neg64 = (1_u128 << 63, |v: f64| -v);
+            check(
+                "b8 avx2",
+                simd::transpose_b8,
+                |i| i as f64 + 0.5,
+                -1.0,
+                neg64,
+            );
+            let bits = 0x0123_4567_89ab_cdef_u64;
+            check(
+                "b8 avx2 u64",
+                simd::transpose_b8,
+                |i| i as u64 * 3 + 1,
+                0,
+                (u128::from(bits), |v: u64| v ^ bits),
+            );
             check(
                 "b16 avx2",
                 simd::transpose_b16,
                 |i| Complex::new(i as f64, -(i as f64) - 0.25),
                 Complex::new(-1.0, -1.0),
+                (1_u128 << 127, |v: Complex<f64>| v.conj()),
             );
-            check("b4 avx2", simd::transpose_b4, |i| i as f32 + 0.5, -1.0);
+            check(
+                "b16 avx2 negated",
+                simd::transpose_b16,
+                |i| Complex::new(i as f64, 0.5),
+                Complex::new(-1.0, -1.0),
+                ((1_u128 << 127) | (1 << 63), |v: Complex<f64>| -v),
+            );
+            check(
+                "b4 avx2",
+                simd::transpose_b4,
+                |i| i as f32 + 0.5,
+                -1.0,
+                (1_u128 << 31, |v: f32| -v),
+            );
         }
         #[cfg(feature = "avx512")]
         if std::arch::is_x86_feature_detected!("avx512f") {
@@ -1410,12 +1494,14 @@ mod tests {
                 simd::transpose_b8_avx512,
                 |i| i as f64 + 0.5,
                 -1.0,
+                (1_u128 << 63, |v: f64| -v),
             );
             check(
                 "b8 avx512 c32",
                 simd::transpose_b8_avx512,
                 |i| Complex::new(i as f32, 0.5 - i as f32),
                 Complex::new(-1.0, -1.0),
+                (1_u128 << 63, |v: Complex<f32>| v.conj()),
             );
         }
     }
