@@ -327,27 +327,7 @@ fn sector_rect<T: Scalar, S: AbelianSector>(
     array: &AsyncArray<T, S>,
     c: usize,
 ) -> Result<Rect, Error> {
-    let sectors = array.structure().sectors();
-    let sector = sectors.get(c).ok_or(Error::UnknownSector {
-        sector: c,
-        sectors: sectors.len(),
-    })?;
-    if !sector.is_dense() {
-        return Err(Error::PackedSector {
-            sector: c,
-            blocks: sector.blocks().len(),
-            rows: sector.rows(),
-            cols: sector.cols(),
-        });
-    }
-    Ok(Rect::checked(
-        array.buffer(),
-        sector.offset(),
-        sector.rows(),
-        sector.cols(),
-        sector.rows(),
-    )
-    .expect("the structure places every dense sector matrix inside the allocation"))
+    dense_sector_rect(array.structure(), array.buffer().len(), c)
 }
 
 /// The composite of the records of blocks `ids`.
