@@ -73,27 +73,9 @@ fn a_sector_view_shares_exactly_its_blocks_records() {
             );
         }
         // Enrolling a write through the view advances every covered record, and only those.
-        let before: Vec<u64> = (0..a.num_blocks())
-            .map(|id| {
-                a.block(id)
-                    .unwrap()
-                    .hazards()
-                    .records()
-                    .next()
-                    .unwrap()
-                    .epoch()
-            })
-            .collect();
+        let before = epochs(&a);
         tessera_core::schedule(view.write(), |_| Ok(())).unwrap();
-        for (id, &epoch) in before.iter().enumerate() {
-            let now = a
-                .block(id)
-                .unwrap()
-                .hazards()
-                .records()
-                .next()
-                .unwrap()
-                .epoch();
+        for (id, (&epoch, now)) in before.iter().zip(epochs(&a)).enumerate() {
             let want = epoch + u64::from(sector.blocks().contains(&id));
             assert_eq!(now, want, "sector {c}, block {id}");
         }
@@ -307,19 +289,6 @@ fn a_multi_sector_view_lists_each_sector_matrix_under_all_their_records() {
     let listed = |id: usize| cs.iter().any(|&c| s.sectors()[c].blocks().contains(&id));
     let covered = (0..a.num_blocks()).filter(|&id| listed(id)).count();
     assert_eq!(view.hazards().len(), covered);
-    let epochs = |a: &AsyncArray<f64, U1>| -> Vec<u64> {
-        (0..a.num_blocks())
-            .map(|id| {
-                a.block(id)
-                    .unwrap()
-                    .hazards()
-                    .records()
-                    .next()
-                    .unwrap()
-                    .epoch()
-            })
-            .collect()
-    };
     let before = epochs(&a);
     // A write through it scales every listed matrix once (the repeat resolves twice, so it
     // is scaled twice), and later block reads see it.
@@ -428,4 +397,19 @@ fn sector_batches_of_another_structure_are_refused_and_nothing_is_written() {
             sectors: n
         }
     );
+}
+
+/// The epoch of every block's hazard record, by block id.
+fn epochs(a: &AsyncArray<f64, U1>) -> Vec<u64> {
+    (0..a.num_blocks())
+        .map(|id| {
+            a.block(id)
+                .unwrap()
+                .hazards()
+                .records()
+                .next()
+                .unwrap()
+                .epoch()
+        })
+        .collect()
 }
