@@ -79,6 +79,9 @@ struct Entry {
     rows: Range<usize>,
     cols: Range<usize>,
     allowed: usize,
+    /// The enumeration numbers of the codomain and domain tuples (below 2^32:
+    /// `enumerate_side` checks the tuple counts).
+    tuples: (u32, u32),
 }
 
 /// One coupled sector with at least one present block: its region of the allocation.
@@ -260,6 +263,14 @@ impl<'a, S: AbelianSector> Block<'a, S> {
         self.entry().cols.clone()
     }
 
+    /// The enumeration numbers of the block's codomain tuple and of its domain tuple: each
+    /// side's segments read mixed-radix over that side's legs, first leg fastest (the
+    /// arguments of [`BlockStructure::block_id_by_tuples`]).
+    pub fn tuple_numbers(&self) -> (usize, usize) {
+        let (row, col) = self.entry().tuples;
+        (row as usize, col as usize)
+    }
+
     /// The block's position among the allowed blocks (its bit in the presence mask).
     pub fn allowed_index(&self) -> usize {
         self.entry().allowed
@@ -318,27 +329,42 @@ enum Presence<'a> {
     Pred(&'a mut dyn FnMut(&[usize]) -> bool),
 }
 
+/// One tuple of segments of a side: its fused effective sector, its enumeration number, and
+/// the product of its segment dimensions.
+#[derive(Clone, Debug)]
+struct Tuple<S> {
+    fused: S,
+    index: usize,
+    dim: usize,
+}
+
 /// The tuples of one side (codomain or domain), grouped by the fusion of their effective
 /// sectors: groups in increasing sector order, each group's tuples in enumeration order
 /// (first leg fastest).
 struct Side<S> {
-    k: usize,
-    flat: Vec<usize>,
-    /// `(tuple index, product of the segment dimensions)`, group after group.
-    tuples: Vec<(usize, usize)>,
+    /// The segment counts of the side's legs: the mixed radix of enumeration numbers.
+    radix: Vec<usize>,
+    /// Group after group.
+    tuples: Vec<Tuple<S>>,
     /// Each group's fused sector and its range of `tuples`, in increasing sector order.
     groups: Vec<(S, Range<usize>)>,
+    /// Per tuple (by enumeration number): its group and its position in the group.
+    slots: Vec<(u32, u32)>,
 }
 
-/// The tuples of one group: `(tuple index, product of the segment dimensions)`.
-type Group = [(usize, usize)];
-
 impl<S: Ord> Side<S> {
-    fn tuple(&self, t: usize) -> &[usize] {
-        &self.flat[t * self.k..(t + 1) * self.k]
+    /// Writes the segments of tuple `t` (its enumeration number) into `out`, one per leg.
+    fn write_tuple(&self, mut t: usize, out: &mut [usize]) {
+        if let Some((last, rest)) = out.split_last_mut() {
+            for (o, &n) in rest.iter_mut().zip(&self.radix) {
+                *o = t % n;
+                t /= n;
+            }
+            *last = t;
+        }
     }
 
-    fn group(&self, i: usize) -> &Group {
+    fn group(&self, i: usize) -> &[Tuple<S>] {
         &self.tuples[self.groups[i].1.clone()]
     }
 
@@ -350,25 +376,6 @@ impl<S: Ord> Side<S> {
         (lo..hi)
             .find(|&j| self.groups[j].0 == *c)
             .or_else(|| self.groups.binary_search_by(|(g, _)| g.cmp(c)).ok())
-    }
-}
-
-impl<S> Side<S> {
-    /// Per tuple (in enumeration order): its group and its position in the group.
-    fn slots(&self) -> Result<Vec<(u32, u32)>, Error> {
-        let count = self.tuples.len();
-        if u32::try_from(count).is_err() {
-            return Err(Error::Overflow {
-                what: "segment tuples of one side (at most 2^32)",
-            });
-        }
-        let mut slot = vec![(0, 0); count];
-        for (g, (_, range)) in self.groups.iter().enumerate() {
-            for (pos, &(t, _)) in self.tuples[range.clone()].iter().enumerate() {
-                slot[t] = (g as u32, pos as u32);
-            }
-        }
-        Ok(slot)
     }
 }
 
@@ -390,82 +397,96 @@ fn tuple_index<S: Sector>(legs: &[Leg<S>], segments: &[usize]) -> Option<usize> 
 fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
     let k = legs.len();
     let mut side = Side {
-        k,
-        flat: Vec::new(),
+        radix: legs.iter().map(Leg::num_segments).collect(),
         tuples: Vec::new(),
         groups: Vec::new(),
+        slots: Vec::new(),
     };
-    if legs.iter().any(|l| l.num_segments() == 0) {
+    if side.radix.contains(&0) {
         return Ok(side);
     }
-    let eff: Vec<Vec<S>> = legs
-        .iter()
-        .map(|l| {
-            l.segments()
-                .iter()
-                .map(|s| l.direction().act(&s.sector))
-                .collect()
-        })
-        .collect();
-    let count = legs
-        .iter()
-        .try_fold(1usize, |n, l| n.checked_mul(l.num_segments()))
-        .ok_or(Error::Overflow {
-            what: "number of segment tuples",
-        })?;
-    side.flat.reserve_exact(count.saturating_mul(k));
-    let mut keyed: Vec<(S, usize, usize)> = Vec::with_capacity(count);
-    let mut idx = vec![0usize; k];
-    let mut t = 0usize;
-    loop {
-        let mut fused = S::trivial();
-        let mut dim = 1usize;
-        for (l, &i) in idx.iter().enumerate() {
-            fused = fused.fuse_abelian(&eff[l][i]);
-            dim = dim
-                .checked_mul(legs[l].segments()[i].dim)
-                .ok_or_else(|| Error::Overflow {
-                    what: "block row or column count",
-                })?;
+    let mut sorted = true;
+    let mut push = |side: &mut Side<S>, fused: S, dim: usize| {
+        if let Some(last) = side.tuples.last() {
+            sorted &= last.fused <= fused;
         }
-        // Element by element: a call to copy a slice of a few words costs more.
-        for &i in &idx {
-            side.flat.push(i);
+        let index = side.tuples.len();
+        side.tuples.push(Tuple { fused, index, dim });
+    };
+    if let [leg] = legs {
+        // One leg (a matrix side): its segments are the tuples.
+        side.tuples.reserve_exact(leg.num_segments());
+        for seg in leg.segments() {
+            push(&mut side, leg.direction().act(&seg.sector), seg.dim);
         }
-        keyed.push((fused, t, dim));
-        t += 1;
-        // Odometer, first leg fastest.
-        let mut l = 0;
+    } else {
+        let eff: Vec<Vec<S>> = legs
+            .iter()
+            .map(|l| {
+                l.segments()
+                    .iter()
+                    .map(|s| l.direction().act(&s.sector))
+                    .collect()
+            })
+            .collect();
+        let count = side
+            .radix
+            .iter()
+            .try_fold(1usize, |n, &m| n.checked_mul(m))
+            .ok_or(Error::Overflow {
+                what: "number of segment tuples",
+            })?;
+        side.tuples.reserve_exact(count);
+        let mut idx = vec![0usize; k];
         loop {
+            let mut fused = S::trivial();
+            let mut dim = 1usize;
+            for (l, &i) in idx.iter().enumerate() {
+                fused = fused.fuse_abelian(&eff[l][i]);
+                dim =
+                    dim.checked_mul(legs[l].segments()[i].dim)
+                        .ok_or_else(|| Error::Overflow {
+                            what: "block row or column count",
+                        })?;
+            }
+            push(&mut side, fused, dim);
+            // Odometer, first leg fastest.
+            let mut l = 0;
+            loop {
+                if l == k {
+                    break;
+                }
+                idx[l] += 1;
+                if idx[l] < side.radix[l] {
+                    break;
+                }
+                idx[l] = 0;
+                l += 1;
+            }
             if l == k {
                 break;
             }
-            idx[l] += 1;
-            if idx[l] < legs[l].num_segments() {
-                break;
-            }
-            idx[l] = 0;
-            l += 1;
-        }
-        if l == k {
-            break;
         }
     }
-    // Stable, so each group keeps enumeration order; runs (a sorted or reversed leg) are
-    // detected, so one leg costs a linear pass.
-    keyed.sort_by(|x, y| x.0.cmp(&y.0));
-    side.tuples.reserve_exact(keyed.len());
-    side.groups
-        .reserve_exact(1 + keyed.windows(2).filter(|w| w[0].0 != w[1].0).count());
-    for (fused, t, dim) in keyed {
+    // Stable, so each group keeps enumeration order. A single sorted leg (the common case)
+    // is in order already.
+    if !sorted {
+        side.tuples.sort_by(|x, y| x.fused.cmp(&y.fused));
+    }
+    if u32::try_from(side.tuples.len()).is_err() {
+        return Err(Error::Overflow {
+            what: "segment tuples of one side (at most 2^32)",
+        });
+    }
+    // Group counts and positions fit in u32 (checked just above).
+    side.slots = vec![(0, 0); side.tuples.len()];
+    for (at, t) in side.tuples.iter().enumerate() {
         match side.groups.last_mut() {
-            Some((last, range)) if *last == fused => range.end += 1,
-            _ => {
-                let at = side.tuples.len();
-                side.groups.push((fused, at..at + 1));
-            }
+            Some((last, range)) if *last == t.fused => range.end += 1,
+            _ => side.groups.push((t.fused.clone(), at..at + 1)),
         }
-        side.tuples.push((t, dim));
+        let (g, range) = (side.groups.len() - 1, &side.groups[side.groups.len() - 1].1);
+        side.slots[t.index] = (g as u32, (at - range.start) as u32);
     }
     Ok(side)
 }
@@ -685,8 +706,8 @@ impl<S: AbelianSector> BlockStructure<S> {
                 legs: n,
             });
         }
-        let rows = enumerate_side(&legs[..n_codomain])?;
-        let cols = enumerate_side(&legs[n_codomain..])?;
+        let mut rows = enumerate_side(&legs[..n_codomain])?;
+        let mut cols = enumerate_side(&legs[n_codomain..])?;
         // The column group completing each row group to the flux.
         let mut pairs: Vec<(usize, usize)> = Vec::with_capacity(rows.groups.len());
         let mut near = 0;
@@ -720,15 +741,15 @@ impl<S: AbelianSector> BlockStructure<S> {
             legs,
             n_codomain,
             flux,
-            present: BitVec::repeat(false, n_allowed),
+            present: BitVec::repeat(matches!(presence, Presence::All), n_allowed),
             seg: Vec::new(),
             sec: Vec::new(),
             shape: Vec::new(),
             strides: Vec::new(),
             entries: Vec::new(),
             sectors: Vec::new(),
-            row_slot: rows.slots()?,
-            col_slot: cols.slots()?,
+            row_slot: std::mem::take(&mut rows.slots),
+            col_slot: std::mem::take(&mut cols.slots),
             pairing: vec![(u32::MAX, 0, 0); rows.groups.len()],
             rank: Vec::new(),
             total_len: 0,
@@ -748,118 +769,148 @@ impl<S: AbelianSector> BlockStructure<S> {
         s.sec.reserve_exact(expect * n);
         s.sectors.reserve_exact(pairs.len());
         let overflow = |what| Error::Overflow { what };
+        let checked_sum = |group: &[Tuple<S>]| {
+            group.iter().try_fold(0usize, |total, t| {
+                total
+                    .checked_add(t.dim)
+                    .ok_or_else(|| overflow("sector matrix size"))
+            })
+        };
         let mut tuple = vec![0usize; n];
         let mut allowed = 0usize;
         let mut present_rq: Vec<(usize, usize, usize)> = Vec::new();
         let (mut row_start, mut col_start) = (Vec::new(), Vec::new());
         for (i, j) in pairs {
             let (c, rg, cg) = (&rows.groups[i].0, rows.group(i), cols.group(j));
-            // Group counts and lengths fit in u32: `slots` checked the tuple counts.
+            // Group counts and lengths fit in u32: `enumerate_side` checked the tuple counts.
             s.pairing[i] = (j as u32, rg.len() as u32, allowed);
-            present_rq.clear();
-            for (q, &(ct, _)) in cg.iter().enumerate() {
-                for (r, &(rt, _)) in rg.iter().enumerate() {
-                    let here = match &mut presence {
-                        Presence::All => true,
-                        Presence::Bits(mask) => mask[allowed],
-                        Presence::Pred(p) => {
-                            tuple[..n_codomain].copy_from_slice(rows.tuple(rt));
-                            tuple[n_codomain..].copy_from_slice(cols.tuple(ct));
-                            p(&tuple)
-                        }
-                    };
-                    if here {
-                        s.present.set(allowed, true);
-                        present_rq.push((r, q, allowed));
-                    }
-                    allowed += 1;
-                }
-            }
-            if present_rq.is_empty() {
-                continue;
-            }
-            // Live rows and columns, and their starts in the logical sector matrix.
-            row_start.clear();
-            row_start.resize(rg.len(), usize::MAX);
-            col_start.clear();
-            col_start.resize(cg.len(), usize::MAX);
-            for &(r, q, _) in &present_rq {
-                row_start[r] = 0;
-                col_start[q] = 0;
-            }
-            let place = |starts: &mut [usize], group: &[(usize, usize)]| {
-                let (mut total, mut live) = (0usize, 0usize);
-                for (st, &(_, dim)) in starts.iter_mut().zip(group) {
-                    if *st != usize::MAX {
-                        *st = total;
-                        total = total
-                            .checked_add(dim)
-                            .ok_or_else(|| overflow("sector matrix size"))?;
-                        live += 1;
-                    }
-                }
-                Ok::<_, Error>((total, live))
-            };
-            let (n_rows, live_rows) = place(&mut row_start, rg)?;
-            let (n_cols, live_cols) = place(&mut col_start, cg)?;
-            let dense = present_rq.len() == live_rows * live_cols;
-            let sector_offset = s.total_len;
-            if dense {
-                // Every offset inside the sector matrix then fits in usize.
-                n_rows
-                    .checked_mul(n_cols)
-                    .and_then(|len| sector_offset.checked_add(len))
-                    .ok_or_else(|| overflow("allocation length"))?;
-            }
             let coupled = s.sectors.len();
             let first_block = s.entries.len();
-            let mut packed_at = sector_offset;
-            for &(r, q, allowed) in &present_rq {
-                let (rt, rdim) = rg[r];
-                let (ct, cdim) = cg[q];
-                tuple[..n_codomain].copy_from_slice(rows.tuple(rt));
-                tuple[n_codomain..].copy_from_slice(cols.tuple(ct));
-                let len = rdim
-                    .checked_mul(cdim)
-                    .ok_or_else(|| overflow("block size"))?;
-                let (offset, ld) = if dense {
-                    // Inside the sector matrix, whose end was checked above.
-                    (sector_offset + row_start[r] + col_start[q] * n_rows, n_rows)
-                } else {
-                    let at = packed_at;
-                    packed_at = packed_at
-                        .checked_add(len)
-                        .ok_or_else(|| overflow("allocation length"))?;
-                    (at, rdim)
-                };
-                // Strides: products of leg dimensions bounded by the (checked) block and
-                // sector sizes, so they cannot overflow.
-                let mut stride = 1usize;
-                for (l, &seg) in tuple.iter().enumerate() {
-                    if l == n_codomain {
-                        stride = ld;
+            let sector_offset = s.total_len;
+            let (n_rows, n_cols, dense, len);
+            if let Presence::All = presence {
+                // The whole rectangle is present: a dense sector, blocks in canonical order
+                // (column-major), no selection pass.
+                (n_rows, n_cols) = (checked_sum(rg)?, checked_sum(cg)?);
+                len = n_rows
+                    .checked_mul(n_cols)
+                    .filter(|&len| sector_offset.checked_add(len).is_some())
+                    .ok_or_else(|| overflow("allocation length"))?;
+                dense = true;
+                let mut col = 0;
+                for ct in cg {
+                    cols.write_tuple(ct.index, &mut tuple[n_codomain..]);
+                    let mut row = 0;
+                    for rt in rg {
+                        rows.write_tuple(rt.index, &mut tuple[..n_codomain]);
+                        // Inside the sector matrix, whose end was checked above.
+                        let entry = Entry {
+                            offset: sector_offset + row + col * n_rows,
+                            len: rt.dim * ct.dim,
+                            coupled,
+                            rows: row..row + rt.dim,
+                            cols: col..col + ct.dim,
+                            allowed,
+                            tuples: (rt.index as u32, ct.index as u32),
+                        };
+                        s.push_block(&tuple, n_rows, entry);
+                        row += rt.dim;
+                        allowed += 1;
                     }
-                    let leg_segment = &s.legs[l].segments()[seg];
-                    s.seg.push(seg);
-                    s.sec.push(leg_segment.sector.clone());
-                    s.shape.push(leg_segment.dim);
-                    s.strides.push(stride);
-                    stride *= leg_segment.dim;
+                    col += ct.dim;
                 }
-                s.entries.push(Entry {
-                    offset,
-                    len,
-                    coupled,
-                    rows: row_start[r]..row_start[r] + rdim,
-                    cols: col_start[q]..col_start[q] + cdim,
-                    allowed,
-                });
-            }
-            let len = if dense {
-                n_rows * n_cols
             } else {
-                packed_at - sector_offset
-            };
+                present_rq.clear();
+                for (q, ct) in cg.iter().enumerate() {
+                    for (r, rt) in rg.iter().enumerate() {
+                        let here = match &mut presence {
+                            Presence::All => unreachable!("handled above"),
+                            Presence::Bits(mask) => mask[allowed],
+                            Presence::Pred(p) => {
+                                rows.write_tuple(rt.index, &mut tuple[..n_codomain]);
+                                cols.write_tuple(ct.index, &mut tuple[n_codomain..]);
+                                p(&tuple)
+                            }
+                        };
+                        if here {
+                            s.present.set(allowed, true);
+                            present_rq.push((r, q, allowed));
+                        }
+                        allowed += 1;
+                    }
+                }
+                if present_rq.is_empty() {
+                    continue;
+                }
+                // Live rows and columns, and their starts in the logical sector matrix.
+                row_start.clear();
+                row_start.resize(rg.len(), usize::MAX);
+                col_start.clear();
+                col_start.resize(cg.len(), usize::MAX);
+                for &(r, q, _) in &present_rq {
+                    row_start[r] = 0;
+                    col_start[q] = 0;
+                }
+                let place = |starts: &mut [usize], group: &[Tuple<S>]| {
+                    let (mut total, mut live) = (0usize, 0usize);
+                    for (st, t) in starts.iter_mut().zip(group) {
+                        if *st != usize::MAX {
+                            *st = total;
+                            total = total
+                                .checked_add(t.dim)
+                                .ok_or_else(|| overflow("sector matrix size"))?;
+                            live += 1;
+                        }
+                    }
+                    Ok::<_, Error>((total, live))
+                };
+                let (live_rows, live_cols);
+                ((n_rows, live_rows), (n_cols, live_cols)) =
+                    (place(&mut row_start, rg)?, place(&mut col_start, cg)?);
+                dense = present_rq.len() == live_rows * live_cols;
+                if dense {
+                    // Every offset inside the sector matrix then fits in usize.
+                    n_rows
+                        .checked_mul(n_cols)
+                        .and_then(|len| sector_offset.checked_add(len))
+                        .ok_or_else(|| overflow("allocation length"))?;
+                }
+                let mut packed_at = sector_offset;
+                for &(r, q, allowed) in &present_rq {
+                    let (rt, ct) = (&rg[r], &cg[q]);
+                    rows.write_tuple(rt.index, &mut tuple[..n_codomain]);
+                    cols.write_tuple(ct.index, &mut tuple[n_codomain..]);
+                    let len = rt
+                        .dim
+                        .checked_mul(ct.dim)
+                        .ok_or_else(|| overflow("block size"))?;
+                    let (offset, ld) = if dense {
+                        // Inside the sector matrix, whose end was checked above.
+                        (sector_offset + row_start[r] + col_start[q] * n_rows, n_rows)
+                    } else {
+                        let at = packed_at;
+                        packed_at = packed_at
+                            .checked_add(len)
+                            .ok_or_else(|| overflow("allocation length"))?;
+                        (at, rt.dim)
+                    };
+                    let entry = Entry {
+                        offset,
+                        len,
+                        coupled,
+                        rows: row_start[r]..row_start[r] + rt.dim,
+                        cols: col_start[q]..col_start[q] + ct.dim,
+                        allowed,
+                        tuples: (rt.index as u32, ct.index as u32),
+                    };
+                    s.push_block(&tuple, ld, entry);
+                }
+                len = if dense {
+                    n_rows * n_cols
+                } else {
+                    packed_at - sector_offset
+                };
+            }
             s.total_len = sector_offset + len;
             s.sectors.push(CoupledSector {
                 sector: c.clone(),
@@ -883,6 +934,26 @@ impl<S: AbelianSector> BlockStructure<S> {
             })
             .collect();
         Ok(s)
+    }
+
+    /// Appends a present block: its per-leg data (segments `tuple`; strides `1, d0, ...` over
+    /// the codomain legs, `ld, ld * e0, ...` over the domain legs) and its entry.
+    fn push_block(&mut self, tuple: &[usize], ld: usize, entry: Entry) {
+        // Products of leg dimensions bounded by the (checked) block and sector sizes, so
+        // they cannot overflow.
+        let mut stride = 1usize;
+        for (l, &seg) in tuple.iter().enumerate() {
+            if l == self.n_codomain {
+                stride = ld;
+            }
+            let leg_segment = &self.legs[l].segments()[seg];
+            self.seg.push(seg);
+            self.sec.push(leg_segment.sector.clone());
+            self.shape.push(leg_segment.dim);
+            self.strides.push(stride);
+            stride *= leg_segment.dim;
+        }
+        self.entries.push(entry);
     }
 
     fn compute_fingerprint(&self) -> u64 {
@@ -1028,25 +1099,33 @@ impl<S: AbelianSector> BlockStructure<S> {
             return None;
         }
         let (row, col) = segments.split_at(self.n_codomain);
-        let (ri, ci) = (
+        self.block_id_by_tuples(
             tuple_index(&self.legs[..self.n_codomain], row)?,
             tuple_index(&self.legs[self.n_codomain..], col)?,
-        );
-        let (rg, rpos) = self.row_slot[ri];
-        let (cg, cpos) = self.col_slot[ci];
+        )
+    }
+
+    /// The id of the present block whose codomain tuple has enumeration number `row` and
+    /// whose domain tuple has number `col` (see [`Block::tuple_numbers`]): a lookup without
+    /// the segment list, for callers that number tuples themselves. `None` when there is no
+    /// such block, including when a number is out of range.
+    pub fn block_id_by_tuples(&self, row: usize, col: usize) -> Option<usize> {
+        let &(rg, rpos) = self.row_slot.get(row)?;
+        let &(cg, cpos) = self.col_slot.get(col)?;
         let (paired, rlen, start) = self.pairing[rg as usize];
         if paired != cg {
             return None;
         }
         let allowed = start + cpos as usize * rlen as usize + rpos as usize;
-        if !self.present[allowed] {
-            return None;
-        }
         let (word, bit) = (
             allowed / usize::BITS as usize,
             allowed % usize::BITS as usize,
         );
-        let below = self.present.as_raw_slice()[word] & ((1usize << bit) - 1);
+        let bits = self.present.as_raw_slice()[word];
+        if (bits >> bit) & 1 == 0 {
+            return None;
+        }
+        let below = bits & ((1usize << bit) - 1);
         Some(self.rank[word] + below.count_ones() as usize)
     }
 
@@ -1217,6 +1296,15 @@ mod tests {
             prev_allowed = Some(b.allowed_index());
             assert!(s.present_mask()[b.allowed_index()]);
             assert_eq!(s.block_id(b.segments()), Some(b.id()));
+            let (row, col) = b.tuple_numbers();
+            assert_eq!(
+                (Some(row), Some(col)),
+                (
+                    tuple_index(&s.legs()[..nc], &b.segments()[..nc]),
+                    tuple_index(&s.legs()[nc..], &b.segments()[nc..])
+                )
+            );
+            assert_eq!(s.block_id_by_tuples(row, col), Some(b.id()));
             if unique {
                 assert_eq!(s.block_id_by_sectors(b.sectors()), Ok(Some(b.id())));
             }

@@ -74,6 +74,34 @@ fn sector_gemm<S: AbelianSector>(
     c: usize,
     pairs_of: &PairTable,
 ) -> Option<SectorGemm> {
+    // A product sector of one block written by one pair of one-block sectors: the three
+    // sectors are the three blocks (a sector of one block is dense and that block's shape),
+    // so the conditions below hold without collecting ranges.
+    let blocks = product.sectors()[c].blocks();
+    if blocks.len() == 1
+        && let [(ai, bi)] = *pairs_of.of(blocks.start)
+    {
+        let (xa, xb) = (am.block(ai)?.coupled(), bm.block(bi)?.coupled());
+        if am.sectors()[xa].blocks().len() == 1 && bm.sectors()[xb].blocks().len() == 1 {
+            let g = SectorGemm { a: xa, b: xb, c };
+            debug_assert_eq!(
+                general_sector_gemm(am, bm, product, c, pairs_of).map(|h| (h.a, h.b)),
+                Some((g.a, g.b))
+            );
+            return Some(g);
+        }
+    }
+    general_sector_gemm(am, bm, product, c, pairs_of)
+}
+
+/// [`sector_gemm`] by its definition.
+fn general_sector_gemm<S: AbelianSector>(
+    am: &BlockStructure<S>,
+    bm: &BlockStructure<S>,
+    product: &BlockStructure<S>,
+    c: usize,
+    pairs_of: &PairTable,
+) -> Option<SectorGemm> {
     let cs = &product.sectors()[c];
     let mut found: Option<(usize, usize)> = None;
     type Ranges = SmallVec<[std::ops::Range<usize>; 8]>;
@@ -137,12 +165,15 @@ impl PairTable {
         for i in 0..blocks {
             starts[i + 1] += starts[i];
         }
-        let mut next = starts.clone();
+        // `starts[ci]` serves as block ci's cursor, which ends at the start of ci + 1; one
+        // shift then restores the starts.
         let mut pairs = vec![(0, 0); met.len()];
         for &(ci, ai, bi) in met {
-            pairs[next[ci]] = (ai, bi);
-            next[ci] += 1;
+            pairs[starts[ci]] = (ai, bi);
+            starts[ci] += 1;
         }
+        starts.rotate_right(1);
+        starts[0] = 0;
         Self { starts, pairs }
     }
 
@@ -325,28 +356,25 @@ impl<S: AbelianSector> Plan<S> {
         let nfa = free_a.len();
         let (am, bm) = (Arc::clone(&op_a.matrix), Arc::clone(&op_b.matrix));
         let (am, bm) = (&*am, &*bm);
-        // The contracted segments of a block, numbered mixed-radix (the legs of K in A' and
-        // B' have the same segments: checked above). Building A' enumerated the tuples of
-        // these legs, so their count (and every number) fits.
-        let mut k_count = 1usize;
-        let radix: SmallVec<[usize; 8]> = am.legs()[nfa..]
+        // Tuples are numbered mixed-radix per side (see `Block::tuple_numbers`). The legs of
+        // K in A' and B' have the same segments (checked above), and C' has A's free legs
+        // then B's, so one numbering serves: an A' block's domain number is its contracted
+        // tuple, as is a B' block's codomain number, and their free numbers are the row and
+        // column numbers of the product block they write. Building A' enumerated the tuples
+        // of K, so their count fits.
+        let k_count = am.legs()[nfa..]
             .iter()
-            .map(|l| {
-                let here = k_count;
-                k_count = k_count
-                    .checked_mul(l.num_segments())
-                    .expect("A' enumerated the contracted tuples");
-                here
-            })
-            .collect();
-        let k_index =
-            |segs: &[usize]| -> usize { segs.iter().zip(&radix).map(|(&s, &r)| s * r).sum() };
+            .map(Leg::num_segments)
+            .product::<usize>();
         // The blocks of A' with a given contracted tuple are one run of ids: a tuple of the
         // domain lies in one coupled sector, in one column of it, and blocks are numbered
         // column by column (the blocks crate's canonical order).
         let mut a_of_k = vec![0..0; k_count];
+        let mut a_row = Vec::with_capacity(am.num_blocks());
         for blk in am.blocks() {
-            let run = &mut a_of_k[k_index(&blk.segments()[nfa..])];
+            let (row, kt) = blk.tuple_numbers();
+            a_row.push(row);
+            let run = &mut a_of_k[kt];
             if run.start == run.end {
                 *run = blk.id()..blk.id();
             }
@@ -354,18 +382,10 @@ impl<S: AbelianSector> Plan<S> {
             run.end += 1;
         }
         let mut met: Vec<(usize, usize, usize)> = Vec::with_capacity(bm.num_blocks());
-        let mut segs: SmallVec<[usize; 8]> = SmallVec::new();
         for blk in bm.blocks() {
-            for ai in a_of_k[k_index(&blk.segments()[..nk])].clone() {
-                // Element by element: a call to copy a slice of a few words costs more.
-                segs.clear();
-                for &x in &am.block(ai).expect("id of A'").segments()[..nfa] {
-                    segs.push(x);
-                }
-                for &x in &blk.segments()[nk..] {
-                    segs.push(x);
-                }
-                if let Some(ci) = product.block_id(&segs) {
+            let (kt, col) = blk.tuple_numbers();
+            for ai in a_of_k[kt].clone() {
+                if let Some(ci) = product.block_id_by_tuples(a_row[ai], col) {
                     met.push((ci, ai, blk.id()));
                 }
             }
@@ -382,9 +402,6 @@ impl<S: AbelianSector> Plan<S> {
         let mut idle = Vec::new();
         let mut group = Group::default();
         let (mut group_flops, mut flops, mut gemms) = (0_u64, 0_u64, 0_usize);
-        // Block id -> index in the current group (usize::MAX: not in it); reset per group.
-        let mut local_a = vec![usize::MAX; am.num_blocks()];
-        let mut local_b = vec![usize::MAX; bm.num_blocks()];
         let mut sector_gemms = Vec::new();
         let mut sector_groups = Vec::new();
         let mut in_sector_gemm = vec![false; product.num_blocks()];
@@ -413,6 +430,11 @@ impl<S: AbelianSector> Plan<S> {
             sector_groups.push(done..sector_gemms.len());
         }
         group_flops = 0;
+        // Block id -> index in the current group (usize::MAX: not in it); reset per group.
+        // Only block pairs need them (none when every sector is one GEMM).
+        let block_pairs = in_sector_gemm.contains(&false);
+        let mut local_a = vec![usize::MAX; if block_pairs { am.num_blocks() } else { 0 }];
+        let mut local_b = vec![usize::MAX; if block_pairs { bm.num_blocks() } else { 0 }];
         for (ci, &in_sector) in in_sector_gemm.iter().enumerate() {
             let pairs = pairs_of.of(ci);
             if in_sector {
