@@ -1347,7 +1347,8 @@ mod tests {
     fn assign_equals_the_elementwise_definition_for_every_element_type() {
         use num_complex::Complex;
         let shapes: &[&[usize]] = if cfg!(miri) {
-            &[&[8, 8], &[9, 11], &[2, 8, 3]]
+            // Miri runs the portable path only: one odd square and one 3-D case.
+            &[&[5, 3], &[2, 4, 3]]
         } else {
             &[
                 &[8, 8],
