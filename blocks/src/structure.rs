@@ -405,10 +405,13 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
     if side.radix.contains(&0) {
         return Ok(side);
     }
-    let mut sorted = true;
+    // In order already (a sorted leg), or strictly decreasing (a sorted leg flipped by its
+    // direction), where reversing is the stable sort: no two keys are equal.
+    let (mut sorted, mut reversed) = (true, true);
     let mut push = |side: &mut Side<S>, fused: S, dim: usize| {
         if let Some(last) = side.tuples.last() {
             sorted &= last.fused <= fused;
+            reversed &= last.fused > fused;
         }
         let index = side.tuples.len();
         side.tuples.push(Tuple { fused, index, dim });
@@ -468,9 +471,10 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
             }
         }
     }
-    // Stable, so each group keeps enumeration order. A single sorted leg (the common case)
-    // is in order already.
-    if !sorted {
+    // Stable, so each group keeps enumeration order.
+    if reversed {
+        side.tuples.reverse();
+    } else if !sorted {
         side.tuples.sort_by(|x, y| x.fused.cmp(&y.fused));
     }
     if u32::try_from(side.tuples.len()).is_err() {
@@ -478,8 +482,10 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
             what: "segment tuples of one side (at most 2^32)",
         });
     }
-    // Group counts and positions fit in u32 (checked just above).
+    // Group counts and positions fit in u32 (checked just above). One group per tuple at
+    // most (matrix sides often have that many).
     side.slots = vec![(0, 0); side.tuples.len()];
+    side.groups.reserve(side.tuples.len());
     for (at, t) in side.tuples.iter().enumerate() {
         match side.groups.last_mut() {
             Some((last, range)) if *last == t.fused => range.end += 1,

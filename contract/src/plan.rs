@@ -402,7 +402,7 @@ impl<S: AbelianSector> Plan<S> {
         let mut idle = Vec::new();
         let mut group = Group::default();
         let (mut group_flops, mut flops, mut gemms) = (0_u64, 0_u64, 0_usize);
-        let mut sector_gemms = Vec::new();
+        let mut sector_gemms = Vec::with_capacity(product.sectors().len());
         let mut sector_groups = Vec::new();
         let mut in_sector_gemm = vec![false; product.num_blocks()];
         for c in 0..product.sectors().len() {
@@ -436,10 +436,10 @@ impl<S: AbelianSector> Plan<S> {
         let mut local_a = vec![usize::MAX; if block_pairs { am.num_blocks() } else { 0 }];
         let mut local_b = vec![usize::MAX; if block_pairs { bm.num_blocks() } else { 0 }];
         for (ci, &in_sector) in in_sector_gemm.iter().enumerate() {
-            let pairs = pairs_of.of(ci);
             if in_sector {
                 continue;
             }
+            let pairs = pairs_of.of(ci);
             if pairs.is_empty() {
                 idle.push(ci);
                 continue;
