@@ -2,6 +2,9 @@
 //! matrix of the sector matrices, on seeded random structures over several sector kinds,
 //! for `f64` and `Complex64`; and their misuse errors.
 
+mod common;
+
+use common::epochs;
 use faer::{Mat, MatRef};
 use num_complex::Complex64;
 use rand::{Rng, SeedableRng};
@@ -397,20 +400,6 @@ fn u1_matrix() -> Arc<BlockStructure<U1>> {
     let a = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)]).unwrap();
     let b = Leg::new(Direction::In, [(U1(0), 1), (U1(1), 2)]).unwrap();
     Arc::new(BlockStructure::new([a.clone(), b.clone()], [a.dual(), b.dual()], U1(0)).unwrap())
-}
-
-fn epochs(a: &AsyncArray<f64, U1>) -> Vec<u64> {
-    (0..a.num_blocks())
-        .map(|id| {
-            a.block(id)
-                .unwrap()
-                .hazards()
-                .records()
-                .next()
-                .unwrap()
-                .epoch()
-        })
-        .collect()
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! Coalesced sector views: what they resolve to, how they are ordered against block views of
 //! the same array, and their misuse errors.
 
+mod common;
+
+use common::epochs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tessera_blocks::{AsyncArray, BitVec, BlockStructure, Direction, Leg, U1};
@@ -397,19 +400,4 @@ fn sector_batches_of_another_structure_are_refused_and_nothing_is_written() {
             sectors: n
         }
     );
-}
-
-/// The epoch of every block's hazard record, by block id.
-fn epochs(a: &AsyncArray<f64, U1>) -> Vec<u64> {
-    (0..a.num_blocks())
-        .map(|id| {
-            a.block(id)
-                .unwrap()
-                .hazards()
-                .records()
-                .next()
-                .unwrap()
-                .epoch()
-        })
-        .collect()
 }
