@@ -19,7 +19,7 @@ use crate::structure::{BlockStructure, Permuted};
 use std::sync::Arc;
 use tessera_backends::Scalar;
 use tessera_backends::cpu;
-use tessera_core::{Alias, Async, KernelError, schedule_named};
+use tessera_core::{Alias, Async, KernelError, Stores, schedule_named};
 
 /// The blocks an operation touches.
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +73,13 @@ fn permute_task_elems(total: usize, threads: usize) -> usize {
 
 /// Tasks per worker of one permutation.
 const PERMUTE_TASKS_PER_WORKER: usize = 4;
+
+/// The bytes a permutation writes from which it streams its stores
+/// ([`Stores::Streaming`]): with source and destination together beyond a last-level cache
+/// of 32 MiB, the first blocks written are evicted before the permutation ends, so reading
+/// the destination into cache first (what an ordinary store does) only costs memory
+/// traffic. Smaller results stay in cache for the contraction that usually reads them next.
+const STREAM_BYTES: usize = 16 << 20;
 
 /// What one task of an elementwise operation covers.
 enum Piece<'i> {
@@ -577,6 +584,11 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             .map(|&(i, _, _)| self.structure().block(i).expect("checked id").len())
             .sum();
         let per_task = permute_task_elems(total, tessera_core::Runtime::current().threads());
+        let stores = if total * size_of::<T>() >= STREAM_BYTES {
+            Stores::Streaming
+        } else {
+            Stores::Cached
+        };
         let mut group: Vec<(usize, usize, bool)> = Vec::new();
         let mut elems = 0;
         let flush = |group: &mut Vec<(usize, usize, bool)>| -> Result<(), Error> {
@@ -598,7 +610,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                     let xp = x
                         .permute_axes(&perm)
                         .ok_or("the permutation matches the block's legs")?;
-                    cpu::permute_copy(negate, conj, &xp, &mut y).map_err(kernel_error)?;
+                    cpu::permute_copy(negate, conj, &xp, &mut y, stores).map_err(kernel_error)?;
                 }
                 Ok(())
             })?;

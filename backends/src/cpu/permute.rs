@@ -8,15 +8,18 @@
 //! A permutation of block legs is, after merging the axes that stay adjacent, almost always
 //! a batch of 2-D transposes, and the fermionic sign and the adjoint's conjugation ride along
 //! for free in core's register transposes ([`StridedMut::assign_flipped`]: one XOR per
-//! vector), so a signed or conjugated permutation moves as fast as a plain one.
+//! vector), so a signed or conjugated permutation moves as fast as a plain one. A
+//! permutation whose output outgrows the last-level cache asks for streaming stores
+//! ([`Stores::Streaming`]), which write the destination without reading it first.
 
 use super::{ShapeMismatch, mismatch};
 use crate::Scalar;
-use tessera_core::{StridedMut, StridedRef};
+use tessera_core::{Stores, StridedMut, StridedRef};
 
 /// `y <- s * op(x)` elementwise, with `s = -1` when `negate` (else `+1`) and `op` the complex
 /// conjugate when `conj` (the identity for real types); `x` is any strided view (typically
-/// axis-permuted) of `y`'s dims.
+/// axis-permuted) of `y`'s dims. `stores` says how the vector kernels store `y` (the result
+/// is the same bits either way).
 ///
 /// # Errors
 ///
@@ -26,6 +29,7 @@ pub fn permute_copy<T: Scalar>(
     conj: bool,
     x: &StridedRef<'_, T>,
     y: &mut StridedMut<'_, T>,
+    stores: Stores,
 ) -> Result<(), ShapeMismatch> {
     if x.dims() != y.dims() {
         return Err(mismatch(y, x));
@@ -35,7 +39,7 @@ pub fn permute_copy<T: Scalar>(
         let v = if conj { v.conj() } else { v };
         if negate { -v } else { v }
     };
-    let done = y.assign_flipped(x, xor_mask::<T>(negate, conj), op);
+    let done = y.assign_flipped(x, xor_mask::<T>(negate, conj), op, stores);
     debug_assert!(done, "dims were checked");
     Ok(())
 }
@@ -138,6 +142,7 @@ mod tests {
         let n = dims.len();
         let perm = rng.perm(n);
         let (negate, conj) = (rng.below(2) == 1, rng.below(2) == 1);
+        let stores = [Stores::Cached, Stores::Streaming][rng.below(2)];
         // The source: a block of `dims`; the destination: a block of the permuted dims.
         let new: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
         let (xo, xl, xs) = sub_box(rng, dims);
@@ -153,7 +158,7 @@ mod tests {
             (a.view(xo, dims, &xs), b.view_mut(yo, &new, &ys))
         };
         let xp = x.permute_axes(&perm).unwrap();
-        permute_copy(negate, conj, &xp, &mut y).unwrap();
+        permute_copy(negate, conj, &xp, &mut y, stores).unwrap();
         let total: usize = new.iter().product();
         for k in 0..total {
             let idx = unravel(k, &new);
@@ -163,7 +168,7 @@ mod tests {
             assert_eq!(
                 bits(y.get(&idx).unwrap()),
                 bits(want),
-                "{} dims {dims:?} perm {perm:?} negate {negate} conj {conj} at {idx:?}",
+                "{} dims {dims:?} perm {perm:?} negate {negate} conj {conj} {stores:?} at {idx:?}",
                 T::NAME
             );
         }
