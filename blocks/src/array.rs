@@ -1,9 +1,10 @@
 //! `AsyncArray`: a symmetric block-sparse tensor in one backing allocation, with one hazard
 //! record per block.
 //!
-//! Owns: [`AsyncArray`], [`BlockRegion`] (the descriptor of one block inside the allocation)
-//! and the constructors and host conversions (zeros, empty, seeded random, dense, per-block
-//! data, element reads). Invariants:
+//! Owns: [`AsyncArray`], [`BlockRegion`] (the descriptor of one block inside the allocation),
+//! [`BlockSetRegion`] (several blocks behind one handle) and the constructors and host
+//! conversions (zeros, empty, seeded random, dense, per-block data, element reads).
+//! Invariants:
 //!
 //! - The allocation holds exactly `structure.total_len()` elements laid out as the structure
 //!   says; block `i` is the strided region `(offset, shape, strides)` of the structure's block
@@ -11,6 +12,9 @@
 //!   orders every access to block `i`'s elements.
 //! - `block(i)` hands out an alias over the shared allocation (the owner token) and block
 //!   `i`'s exact record; nothing per block is allocated but the handle itself.
+//! - `block_set(ids)` hands out one alias over blocks `ids`, paired with the composite of
+//!   exactly their records (one span per run of consecutive ids); its exclusive view hands
+//!   out one block at a time.
 //! - Whole-array access is the composite of all block records, enrolled in one step.
 
 use crate::error::Error;
@@ -75,6 +79,105 @@ unsafe impl<T: Scalar> Region for BlockRegion<T> {
 
 /// An alias handle of one block.
 pub type BlockAlias<T> = Alias<BlockRegion<T>>;
+
+/// Several blocks of one array behind one owner token: what a task over a run of blocks
+/// reads or writes, enrolled as one access on the composite of their records (instead of
+/// one handle, one descriptor and one access per block). Cheap to clone (shared lists).
+#[derive(Clone, Debug)]
+pub struct BlockSetRegion<T, S: AbelianSector> {
+    buffer: Arc<SharedBuffer<T>>,
+    structure: Arc<BlockStructure<S>>,
+    ids: Arc<[usize]>,
+}
+
+/// An alias handle of several blocks ([`AsyncArray::block_set`]).
+pub type BlockSetAlias<T, S> = Alias<BlockSetRegion<T, S>>;
+
+impl<T: Scalar, S: AbelianSector> BlockSetRegion<T, S> {
+    /// The block ids, in the order the views hand them out.
+    pub fn ids(&self) -> &[usize] {
+        &self.ids
+    }
+
+    /// Block `k` of the set (panics past the end): offset, dims, strides.
+    fn descriptor(&self, k: usize) -> (usize, &[usize], SmallVec<[isize; 6]>) {
+        let block = self.structure.block(self.ids[k]).expect("ids checked");
+        let strides = block.strides().iter().map(|&s| s as isize).collect();
+        (block.offset(), block.shape(), strides)
+    }
+}
+
+/// The shared views of a [`BlockSetRegion`]'s blocks.
+pub struct BlockViews<'a, T, S: AbelianSector> {
+    region: &'a BlockSetRegion<T, S>,
+}
+
+impl<'a, T: Scalar, S: AbelianSector> BlockViews<'a, T, S> {
+    /// How many blocks.
+    pub fn len(&self) -> usize {
+        self.region.ids.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.region.ids.is_empty()
+    }
+
+    /// The view of the set's block `k` (panics past the end, like indexing).
+    pub fn get(&self, k: usize) -> StridedRef<'a, T> {
+        let (offset, dims, strides) = self.region.descriptor(k);
+        // SAFETY: every block's extent was checked when the array was made; a `BlockViews`
+        // exists only inside a resolution whose read grants cover every block of the set
+        // for `'a`.
+        unsafe { self.region.buffer.view(offset, dims, &strides) }
+    }
+}
+
+/// The exclusive views of a [`BlockSetRegion`]'s blocks, one block at a time (each borrow
+/// of the whole ends before the next block is taken, so views never overlap, even for an
+/// id listed twice).
+pub struct BlockViewsMut<'a, T, S: AbelianSector> {
+    region: &'a BlockSetRegion<T, S>,
+}
+
+impl<T: Scalar, S: AbelianSector> BlockViewsMut<'_, T, S> {
+    /// How many blocks.
+    pub fn len(&self) -> usize {
+        self.region.ids.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.region.ids.is_empty()
+    }
+
+    /// The set's block `k`, exclusively, for as long as `self` stays borrowed (panics past
+    /// the end).
+    pub fn get_mut(&mut self, k: usize) -> StridedMut<'_, T> {
+        let (offset, dims, strides) = self.region.descriptor(k);
+        // SAFETY: extents checked as in `BlockViews::get`; a block's strides map distinct
+        // indices to distinct elements (a column-major sub-rectangle); the caller of
+        // `resolve_mut` holds write grants of every block of the set, and `&mut self` keeps
+        // any other view made through `self` from living at the same time.
+        unsafe { self.region.buffer.view_mut(offset, dims, &strides) }
+    }
+}
+
+// SAFETY: the region reaches only its blocks' elements (extents checked when the array was
+// made), inside the allocation it keeps alive; `AsyncArray::block_set` pairs it with the
+// records of exactly those blocks. The exclusive views hand out one block at a time.
+unsafe impl<T: Scalar, S: AbelianSector> Region for BlockSetRegion<T, S> {
+    type Ref<'a> = BlockViews<'a, T, S>;
+    type Mut<'a> = BlockViewsMut<'a, T, S>;
+
+    unsafe fn resolve(&self) -> tessera_core::Result<BlockViews<'_, T, S>> {
+        Ok(BlockViews { region: self })
+    }
+
+    unsafe fn resolve_mut(&self) -> tessera_core::Result<BlockViewsMut<'_, T, S>> {
+        Ok(BlockViewsMut { region: self })
+    }
+}
 
 /// A symmetric block-sparse tensor: one backing allocation, an immutable, shared descriptor
 /// table (the [`BlockStructure`]) and one hazard record per block.
@@ -352,6 +455,42 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         Ok(unsafe {
             Alias::from_parts(region, HazardSet::one(HazardRecord::of(&self.records, id)))
         })
+    }
+
+    /// One alias handle over blocks `ids` (in that order), paired with the composite of
+    /// exactly their records: a task over many blocks enrolls one access, one step per run
+    /// of consecutive ids.
+    ///
+    /// ```
+    /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+    /// use tessera_core::schedule;
+    ///
+    /// let leg = Leg::new(Direction::In, [(U1(-1), 2), (U1(0), 1), (U1(1), 3)])?;
+    /// let a = AsyncArray::<f64, U1>::zeros(BlockStructure::new(vec![leg.clone()], vec![leg.dual()], U1(0))?);
+    /// schedule(a.block_set(&[2, 0])?.into_overwrite(), |mut blocks| {
+    ///     for k in 0..blocks.len() {
+    ///         blocks.get_mut(k).update(|_, _| k as f64 + 1.0);
+    ///     }
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(a.to_blocks()?, vec![vec![2.0; 4], vec![0.0], vec![1.0; 9]]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownBlock`] when an id is not a block of the structure.
+    pub fn block_set(&self, ids: &[usize]) -> Result<BlockSetAlias<T, S>, Error> {
+        let hazards = self.hazards_of(ids.iter().copied())?;
+        let region = BlockSetRegion {
+            buffer: Arc::clone(&self.buffer),
+            structure: Arc::clone(&self.structure),
+            ids: ids.into(),
+        };
+        // SAFETY: the region reaches exactly the elements of blocks `ids` (every id was
+        // checked by `hazards_of`; extents were checked when the array was made), and it is
+        // paired with exactly those blocks' records.
+        Ok(unsafe { Alias::from_parts(region, hazards) })
     }
 
     /// The block with one segment per leg.

@@ -37,7 +37,9 @@ pub mod structure;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use array::{AsyncArray, BlockAlias, BlockRegion};
+pub use array::{
+    AsyncArray, BlockAlias, BlockRegion, BlockSetAlias, BlockSetRegion, BlockViews, BlockViewsMut,
+};
 pub use error::Error;
 pub use leg::{Direction, FusionMap, Leg, Segment};
 pub use ops::Blocks;

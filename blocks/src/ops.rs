@@ -570,7 +570,8 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// [`PERMUTE_TASKS_PER_WORKER`] per worker of the current runtime, and at least
     /// [`GROUP_ELEMS`] elements each: a task costs a few microseconds to enroll and run, as
     /// much as moving several thousand elements, and the enrolling thread competes with the
-    /// workers for the cores. A group enrolls on exactly its blocks' records.
+    /// workers for the cores. A group reads one block set and writes one (one access each,
+    /// on exactly its blocks' records).
     fn relabel_blocks(
         &self,
         moves: impl Iterator<Item = (usize, usize, bool)>,
@@ -595,22 +596,21 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             if group.is_empty() {
                 return Ok(());
             }
-            let mut reads = Vec::with_capacity(group.len());
-            let mut writes = Vec::with_capacity(group.len());
-            let mut signs = Vec::with_capacity(group.len());
-            for &(i, j, negative) in group.iter() {
-                reads.push(self.block(i)?.into_read());
-                writes.push(out.block(j)?.into_overwrite());
-                signs.push(negative);
-            }
+            let from: Vec<usize> = group.iter().map(|&(i, _, _)| i).collect();
+            let to: Vec<usize> = group.iter().map(|&(_, j, _)| j).collect();
+            let signs: Vec<bool> = group.iter().map(|&(_, _, negative)| negative).collect();
+            let reads = self.block_set(&from)?.into_read();
+            let writes = out.block_set(&to)?.into_overwrite();
             group.clear();
             let perm = perm.to_vec();
-            schedule_named("blocks.permute", (reads, writes), move |(xs, ys)| {
-                for ((x, mut y), negate) in xs.into_iter().zip(ys).zip(signs) {
-                    let xp = x
+            schedule_named("blocks.permute", (reads, writes), move |(xs, mut ys)| {
+                for (k, &negate) in signs.iter().enumerate() {
+                    let xp = xs
+                        .get(k)
                         .permute_axes(&perm)
                         .ok_or("the permutation matches the block's legs")?;
-                    cpu::permute_copy(negate, conj, &xp, &mut y, stores).map_err(kernel_error)?;
+                    cpu::permute_copy(negate, conj, &xp, &mut ys.get_mut(k), stores)
+                        .map_err(kernel_error)?;
                 }
                 Ok(())
             })?;
@@ -1192,6 +1192,54 @@ mod tests {
                 blocks: 3
             })
         ));
+    }
+
+    /// A block set holds exactly its blocks' records, hands out each block's own view, is
+    /// ordered against per-block handles of the same blocks, and refuses an unknown block
+    /// before anything is enrolled or written.
+    #[test]
+    fn block_sets_hold_exactly_their_blocks_and_order_with_single_blocks() {
+        use crate::U1;
+        use tessera_core::schedule;
+        let x = AsyncArray::<f64, U1>::zeros(u1_structure(0));
+        let record = |i| x.block(i).unwrap().hazards().records().next().unwrap().id();
+        let set = x.block_set(&[2, 0]).unwrap();
+        let mut held: Vec<_> = set.hazards().ids().collect();
+        held.sort_unstable();
+        let mut want = vec![record(0), record(2)];
+        want.sort_unstable();
+        assert_eq!(held, want);
+        assert_eq!(set.region().ids(), &[2, 0]);
+        // Write block 2 then block 0 through the set (after a write of block 0 alone, which
+        // the set's write must wait for), then read both through single handles.
+        schedule(x.block(0).unwrap().into_overwrite(), |mut b| {
+            b.update(|_, _| 5.0);
+            Ok(())
+        })
+        .unwrap();
+        schedule(set.into_write(), |mut blocks| {
+            for k in 0..blocks.len() {
+                let mut b = blocks.get_mut(k);
+                let len = b.len() as f64;
+                b.update(|_, v| v + len + k as f64);
+            }
+            Ok(())
+        })
+        .unwrap();
+        let blocks = x.to_blocks().unwrap();
+        let len = |i: usize| x.structure().block(i).unwrap().len() as f64;
+        assert!(blocks[0].iter().all(|&v| v == 5.0 + len(0) + 1.0));
+        assert!(blocks[1].iter().all(|&v| v == 0.0));
+        assert!(blocks[2].iter().all(|&v| v == len(2)));
+        // An unknown block: a typed error, and no task ran.
+        assert!(matches!(
+            x.block_set(&[0, 3]),
+            Err(Error::UnknownBlock {
+                block: 3,
+                blocks: 3
+            })
+        ));
+        assert_eq!(x.to_blocks().unwrap(), blocks);
     }
 
     #[test]
