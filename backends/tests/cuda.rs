@@ -8,7 +8,7 @@
 #![cfg(feature = "cuda")]
 
 use tessera_backends::cuda::{
-    CudaDevice, CudaError, CudaScalar, DeviceBuffer, MatLayout, Op, StridedBatch, probe,
+    CudaDevice, CudaError, CudaScalar, DeviceBuffer, MatLayout, Op, StridedBatch, VecLayout, probe,
 };
 
 /// Device 0, or `None` (having said why the test is skipped) when there is no driver or device.
@@ -472,4 +472,164 @@ fn bad_layouts_are_refused_and_nothing_is_written() {
         }
     );
     assert_eq!(dev.download(&c).unwrap(), vec![7.0; 12]);
+}
+
+/// The elements of a strided vector, as f64.
+fn gather<T: Real>(data: &[T], l: VecLayout) -> Vec<f64> {
+    (0..l.len)
+        .map(|i| data[l.offset + i * l.inc].to())
+        .collect()
+}
+
+fn check_level1<T: Real>(dev: &CudaDevice, n: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let lx = VecLayout {
+        offset: 1,
+        len: n,
+        inc: 2,
+    };
+    let ly = VecLayout {
+        offset: 3,
+        len: n,
+        inc: 3,
+    };
+    let len = |l: VecLayout| l.offset + l.extent().unwrap() + 2;
+    let x: Vec<T> = random(&mut rng, len(lx));
+    let y: Vec<T> = random(&mut rng, len(ly));
+    let dx = dev.upload(&x).unwrap();
+    let mut dy = dev.upload(&y).unwrap();
+    let what = |op: &str| format!("{} {op} n = {n}", T::NAME);
+
+    // nrm2 and dot against the definition, on the host and into device memory. Tolerances:
+    // a few units of T::TOL (about 100 ulps) times the sum of the terms' magnitudes, which
+    // bounds a tree reduction's rounding and is far below what a wrong element or stride
+    // would change.
+    let (gx, gy) = (gather(&x, lx), gather(&y, ly));
+    let squares: f64 = gx.iter().map(|v| v * v).sum();
+    let norm = squares.sqrt();
+    let dot: f64 = gx.iter().zip(&gy).map(|(a, b)| a * b).sum();
+    let dot_tol = 4.0 * T::TOL * gx.iter().zip(&gy).map(|(a, b)| (a * b).abs()).sum::<f64>();
+    let norm_tol = 4.0 * T::TOL * norm;
+    let close = |got: T, want: f64, tol: f64, op: &str| {
+        let got = got.to();
+        assert!(
+            (got - want).abs() <= tol,
+            "{}: {got}, expected {want} (tolerance {tol})",
+            what(op)
+        );
+    };
+    close(dev.nrm2(dx.vec(lx)).unwrap(), norm, norm_tol, "nrm2");
+    close(
+        dev.dot(dx.vec(lx), dy.vec(ly)).unwrap(),
+        dot,
+        dot_tol,
+        "dot",
+    );
+    // Device results: several into one buffer with no host wait between, then one copy.
+    let mut results = dev.upload(&[T::of(9.0); 4]).unwrap();
+    dev.nrm2_into(dx.vec(lx), &mut results, 1).unwrap();
+    dev.dot_into(dx.vec(lx), dy.vec(ly), &mut results, 3)
+        .unwrap();
+    dev.dot_into(dx.vec(lx), dx.vec(lx), &mut results, 0)
+        .unwrap();
+    let got = dev.download(&results).unwrap();
+    close(got[0], squares, 4.0 * T::TOL * squares, "dot_into (x . x)");
+    close(got[1], norm, norm_tol, "nrm2_into");
+    assert_eq!(
+        got[2].to(),
+        9.0,
+        "{}: an untouched slot changed",
+        what("nrm2_into")
+    );
+    close(got[3], dot, dot_tol, "dot_into");
+
+    // axpy then scal, stream-ordered, then one download.
+    let (alpha, scale) = (-0.75, 1.5);
+    dev.axpy(T::of(alpha), dx.vec(lx), dy.vec_mut(ly)).unwrap();
+    dev.scal(T::of(scale), dy.vec_mut(ly)).unwrap();
+    let mut want: Vec<f64> = y.iter().map(|&v| v.to()).collect();
+    for i in 0..n {
+        let yi = &mut want[ly.offset + i * ly.inc];
+        *yi = scale * (*yi + alpha * x[lx.offset + i * lx.inc].to());
+    }
+    let got = dev.download(&dy).unwrap();
+    assert_close(&got, &want, 2, &what("axpy then scal"));
+
+    // Misuse: y one element short of x, y past its buffer: refused, y untouched.
+    let short = VecLayout { len: n + 1, ..lx };
+    let before = dev.download(&dy).unwrap();
+    if short.offset + short.extent().unwrap() <= dx.len() {
+        let err = dev
+            .axpy(T::of(1.0), dx.vec(short), dy.vec_mut(ly))
+            .unwrap_err();
+        assert!(
+            matches!(err, CudaError::VectorLengths { operand: "y", .. }),
+            "{err}"
+        );
+    }
+    let past = VecLayout {
+        offset: dy.len(),
+        ..ly
+    };
+    let err = dev
+        .axpy(T::of(1.0), dx.vec(lx), dy.vec_mut(past))
+        .unwrap_err();
+    assert!(
+        matches!(err, CudaError::OutOfBounds { operand: "y", .. }),
+        "{err}"
+    );
+    let err = dev
+        .scal(T::of(0.0), dy.vec_mut(VecLayout { inc: 0, ..ly }))
+        .unwrap_err();
+    assert_eq!(err, CudaError::ZeroIncrement { operand: "x" });
+    assert_eq!(dev.download(&dy).unwrap(), before);
+}
+
+#[test]
+fn level1_matches_host_references() {
+    let Some(dev) = device() else { return };
+    for (n, seed) in [(1, 21), (7, 22), (1000, 23), (100_003, 24)] {
+        check_level1::<f32>(&dev, n, seed);
+        check_level1::<f64>(&dev, n, seed + 100);
+    }
+}
+
+/// Empty vectors: axpy and scal do nothing, the reductions give 0 (written, not skipped).
+#[test]
+fn level1_on_empty_vectors() {
+    let Some(dev) = device() else { return };
+    let x = dev.upload(&[1.0_f64, 2.0]).unwrap();
+    let mut y = dev.upload(&[3.0_f64, 4.0]).unwrap();
+    let empty = VecLayout::contiguous(0);
+    dev.axpy(2.0, x.vec(empty), y.vec_mut(empty)).unwrap();
+    dev.scal(0.0, y.vec_mut(empty)).unwrap();
+    assert_eq!(dev.download(&y).unwrap(), vec![3.0, 4.0]);
+    assert_eq!(dev.nrm2(x.vec(empty)).unwrap(), 0.0);
+    assert_eq!(dev.dot(x.vec(empty), x.vec(empty)).unwrap(), 0.0);
+    let mut r = dev.upload(&[5.0_f64, 6.0]).unwrap();
+    dev.dot_into(x.vec(empty), x.vec(empty), &mut r, 1).unwrap();
+    assert_eq!(dev.download(&r).unwrap(), vec![5.0, 0.0]);
+}
+
+/// With two devices, a vector of one used on the other is refused before any call.
+#[test]
+fn level1_refuses_a_buffer_of_another_device() {
+    let Some(dev) = device() else { return };
+    if CudaDevice::count().unwrap() < 2 {
+        println!("skipped: one CUDA device (the pure check covers this everywhere)");
+        return;
+    }
+    let other = CudaDevice::open(1).unwrap();
+    let x = other.upload(&[1.0_f32; 4]).unwrap();
+    let mut y = dev.upload(&[2.0_f32; 4]).unwrap();
+    let err = dev.axpy(1.0, x.as_vec(), y.as_vec_mut()).unwrap_err();
+    assert_eq!(
+        err,
+        CudaError::WrongDevice {
+            operand: "x",
+            expected: 0,
+            given: 1
+        }
+    );
+    assert_eq!(dev.download(&y).unwrap(), vec![2.0; 4]);
 }

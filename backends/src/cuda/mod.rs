@@ -1,10 +1,13 @@
 //! The CUDA backend: cuBLAS through cudarc, loaded at run time.
 //!
 //! Owns: the probe of the CUDA driver and cuBLAS libraries ([`probe`]), the typed
-//! [`CudaError`], the per-device handle [`CudaDevice`] (context, one stream, one cuBLAS handle),
-//! device buffers ([`DeviceBuffer`]) with host/device copies, and column-major GEMM and
-//! strided-batched GEMM for `f32` and `f64` ([`CudaDevice::gemm`],
-//! [`CudaDevice::gemm_strided_batched`]).
+//! [`CudaError`], the per-device handle [`CudaDevice`] (context, one stream, two cuBLAS handles
+//! on it: one in host pointer mode, one in device pointer mode for results left on the
+//! device), device buffers ([`DeviceBuffer`]) with host/device copies, and for `f32` and `f64`:
+//! column-major GEMM and strided-batched GEMM ([`CudaDevice::gemm`],
+//! [`CudaDevice::gemm_strided_batched`]); level-1 cuBLAS on strided vectors
+//! ([`CudaDevice::axpy`], [`CudaDevice::scal`], [`CudaDevice::nrm2`], [`CudaDevice::dot`], and
+//! [`CudaDevice::nrm2_into`] / [`CudaDevice::dot_into`] that leave the result on the device).
 //!
 //! Invariant: no cudarc call is made before [`probe`] has seen both shared libraries load and
 //! export every symbol this module reaches (cudarc panics on a missing library or symbol, so
@@ -48,9 +51,11 @@
 //! # }
 //! ```
 
+mod blas1;
 mod device;
 mod gemm;
 
+pub use blas1::{DeviceVec, DeviceVecMut, VecLayout};
 pub use device::{CudaDevice, CudaScalar, DeviceBuffer};
 pub use gemm::{DeviceMat, DeviceMatMut, MatLayout, Op, StridedBatch};
 
@@ -169,6 +174,24 @@ pub enum CudaError {
         /// The elements one C matrix spans.
         extent: usize,
     },
+    /// A vector's increment is zero (cuBLAS's level-1 calls here take positive ones).
+    #[error("expected a positive increment for {operand}, but was given 0")]
+    ZeroIncrement {
+        /// Which operand.
+        operand: &'static str,
+    },
+    /// A vector of a level-1 call has another length than the call needs.
+    #[error("expected {operand} of {operation} to hold {expected} elements, but it holds {given}")]
+    VectorLengths {
+        /// `axpy`, `dot`, ...
+        operation: &'static str,
+        /// Which operand.
+        operand: &'static str,
+        /// The length needed (x's, or 1 for a result slot).
+        expected: usize,
+        /// The length given.
+        given: usize,
+    },
     /// A size does not fit cuBLAS's 32-bit (or, for batch strides, 64-bit) integers.
     #[error("expected {what} to fit cuBLAS's {bits}-bit integers, but was given {value}")]
     TooLarge {
@@ -224,6 +247,15 @@ const CUBLAS_SYMBOLS: &[&str] = &[
     "cublasDgemm_v2",
     "cublasSgemmStridedBatched",
     "cublasDgemmStridedBatched",
+    "cublasSetPointerMode_v2",
+    "cublasSaxpy_v2",
+    "cublasDaxpy_v2",
+    "cublasSscal_v2",
+    "cublasDscal_v2",
+    "cublasSnrm2_v2",
+    "cublasDnrm2_v2",
+    "cublasSdot_v2",
+    "cublasDdot_v2",
 ];
 
 fn unavailable(library: &'static str, names: &[&str]) -> CudaError {
