@@ -8,7 +8,8 @@
 #![cfg(feature = "cuda")]
 
 use tessera_backends::cuda::{
-    CudaDevice, CudaError, CudaScalar, DeviceBuffer, MatLayout, Op, StridedBatch, VecLayout, probe,
+    BatchBuffers, CudaDevice, CudaError, CudaScalar, DeviceBuffer, GemmEntry, GemmGroup, MatLayout,
+    Op, StridedBatch, VecLayout, probe, probe_grouped,
 };
 
 /// Device 0, or `None` (having said why the test is skipped) when there is no driver or device.
@@ -632,4 +633,387 @@ fn level1_refuses_a_buffer_of_another_device() {
         }
     );
     assert_eq!(dev.download(&y).unwrap(), vec![2.0; 4]);
+}
+
+/// Places matrices one after another in a buffer, with a gap of `seed % 3` before each.
+struct Packer {
+    next: usize,
+}
+
+impl Packer {
+    fn place(&mut self, rows: usize, cols: usize, ld_pad: usize, seed: usize) -> MatLayout {
+        let l = MatLayout {
+            offset: self.next + seed % 3,
+            rows,
+            cols,
+            ld: rows + ld_pad,
+        };
+        self.next = l.offset + l.extent().unwrap();
+        l
+    }
+}
+
+/// One group's description for the tests: shape, ops, scalars and member count.
+#[derive(Clone, Copy)]
+struct Spec {
+    m: usize,
+    n: usize,
+    k: usize,
+    op_a: Op,
+    op_b: Op,
+    alpha: f64,
+    beta: f64,
+    count: usize,
+}
+
+/// Entries for `specs`, group by group, with A and B packed (in reverse order of entries, so
+/// offsets do not follow the entry order) and every C a block of one column-major matrix of
+/// leading dim `c_ld`, blocks side by side: C's extents interleave while their elements do
+/// not. Returns the entries per group and the lengths of the three buffers.
+fn layout_groups(specs: &[Spec]) -> (Vec<Vec<GemmEntry>>, [usize; 3]) {
+    let c_ld = specs.iter().map(|s| s.m).max().unwrap_or(1) + 1;
+    let (mut pa, mut pb) = (Packer { next: 0 }, Packer { next: 0 });
+    let mut col = 0;
+    let mut groups = Vec::new();
+    for (g, s) in specs.iter().enumerate().rev() {
+        let mut entries = Vec::new();
+        for i in (0..s.count).rev() {
+            let seed = g + i;
+            let (ar, ac) = stored(s.m, s.k, s.op_a);
+            let (br, bc) = stored(s.k, s.n, s.op_b);
+            let a = pa.place(ar, ac, seed % 2, seed);
+            let b = pb.place(br, bc, (seed + 1) % 2, seed + 1);
+            // C: rows from (seed % 2), columns from `col` of the big matrix.
+            let c = MatLayout {
+                offset: seed % 2 + col * c_ld,
+                rows: s.m,
+                cols: s.n,
+                ld: c_ld,
+            };
+            col += s.n + 1;
+            entries.push(GemmEntry { a, b, c });
+        }
+        entries.reverse();
+        groups.push(entries);
+    }
+    groups.reverse();
+    (groups, [pa.next + 2, pb.next + 2, col * c_ld + 1])
+}
+
+fn reference_groups<T: Real>(
+    want: &mut [f64],
+    a: &[T],
+    b: &[T],
+    specs: &[Spec],
+    groups: &[Vec<GemmEntry>],
+) {
+    for (s, entries) in specs.iter().zip(groups) {
+        for e in entries {
+            reference(
+                want, e.c, s.beta, a, e.a, s.op_a, b, e.b, s.op_b, s.alpha, s.k,
+            );
+        }
+    }
+}
+
+fn to_groups<'a, T: Real>(specs: &[Spec], groups: &'a [Vec<GemmEntry>]) -> Vec<GemmGroup<'a, T>> {
+    specs
+        .iter()
+        .zip(groups)
+        .map(|(s, entries)| GemmGroup {
+            op_a: s.op_a,
+            op_b: s.op_b,
+            alpha: T::of(s.alpha),
+            beta: T::of(s.beta),
+            entries,
+        })
+        .collect()
+}
+
+fn check_pointer_batched<T: Real>(dev: &CudaDevice, m: usize, n: usize, k: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    for (op_a, op_b) in [
+        (Op::Identity, Op::Identity),
+        (Op::Transpose, Op::Identity),
+        (Op::Identity, Op::Transpose),
+        (Op::Transpose, Op::Transpose),
+    ] {
+        let spec = Spec {
+            m,
+            n,
+            k,
+            op_a,
+            op_b,
+            alpha: 1.5,
+            beta: -0.5,
+            count: 7,
+        };
+        let (groups, [la, lb, lc]) = layout_groups(&[spec]);
+        let a: Vec<T> = random(&mut rng, la);
+        let b: Vec<T> = random(&mut rng, lb);
+        let c: Vec<T> = random(&mut rng, lc);
+        let mut want: Vec<f64> = c.iter().map(|&x| x.to()).collect();
+        reference_groups(&mut want, &a, &b, &[spec], &groups);
+        let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+        let mut dc = dev.upload(&c).unwrap();
+        let group = to_groups::<T>(&[spec], &groups)[0];
+        dev.gemm_batched(
+            BatchBuffers {
+                c: &mut dc,
+                a: &da,
+                b: &db,
+            },
+            group,
+        )
+        .unwrap();
+        let got = dev.download(&dc).unwrap();
+        let what = format!(
+            "{} pointer-array batch 7 x {m}x{n}x{k} {op_a:?} {op_b:?}",
+            T::NAME
+        );
+        assert_close(&got, &want, k, &what);
+    }
+}
+
+#[test]
+fn pointer_array_batched_gemm_matches_the_definition() {
+    let Some(dev) = device() else { return };
+    for (m, n, k, seed) in [(1, 1, 1, 31), (5, 3, 4, 32), (40, 33, 65, 33)] {
+        check_pointer_batched::<f32>(&dev, m, n, k, seed);
+        check_pointer_batched::<f64>(&dev, m, n, k, seed + 100);
+    }
+}
+
+/// Many batched calls back to back with no host wait: each call's pointer arrays are freed
+/// (stream-ordered) when it returns, while the GEMMs may still be queued; the sums must come
+/// out right.
+#[test]
+fn back_to_back_batched_calls_accumulate_in_stream_order() {
+    let Some(dev) = device() else { return };
+    let spec = Spec {
+        m: 16,
+        n: 12,
+        k: 20,
+        op_a: Op::Identity,
+        op_b: Op::Transpose,
+        alpha: 1.0,
+        beta: 1.0,
+        count: 33,
+    };
+    let (groups, [la, lb, lc]) = layout_groups(&[spec]);
+    let mut rng = Rng(41);
+    let a: Vec<f64> = random(&mut rng, la);
+    let b: Vec<f64> = random(&mut rng, lb);
+    let c: Vec<f64> = random(&mut rng, lc);
+    let mut want = c.clone();
+    let rounds = 25;
+    for _ in 0..rounds {
+        reference_groups(&mut want, &a, &b, &[spec], &groups);
+    }
+    let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+    let mut dc = dev.upload(&c).unwrap();
+    for _ in 0..rounds {
+        let group = to_groups::<f64>(&[spec], &groups)[0];
+        dev.gemm_batched(
+            BatchBuffers {
+                c: &mut dc,
+                a: &da,
+                b: &db,
+            },
+            group,
+        )
+        .unwrap();
+    }
+    let got = dev.download(&dc).unwrap();
+    assert_close(&got, &want, spec.k * rounds, "25 batched calls, beta = 1");
+}
+
+#[test]
+fn grouped_gemm_matches_the_definition() {
+    let Some(dev) = device() else { return };
+    if let Err(e) = probe_grouped() {
+        println!("skipped: {e}");
+        return;
+    }
+    let specs = [
+        Spec {
+            m: 7,
+            n: 5,
+            k: 3,
+            op_a: Op::Identity,
+            op_b: Op::Identity,
+            alpha: 1.0,
+            beta: 0.0,
+            count: 4,
+        },
+        Spec {
+            m: 0,
+            n: 4,
+            k: 2,
+            op_a: Op::Identity,
+            op_b: Op::Identity,
+            alpha: 1.0,
+            beta: 0.0,
+            count: 2,
+        },
+        Spec {
+            m: 64,
+            n: 48,
+            k: 33,
+            op_a: Op::Transpose,
+            op_b: Op::Identity,
+            alpha: -2.0,
+            beta: 0.25,
+            count: 3,
+        },
+        Spec {
+            m: 3,
+            n: 9,
+            k: 0,
+            op_a: Op::Identity,
+            op_b: Op::Transpose,
+            alpha: 1.0,
+            beta: 3.0,
+            count: 2,
+        },
+        Spec {
+            m: 20,
+            n: 1,
+            k: 100,
+            op_a: Op::Transpose,
+            op_b: Op::Transpose,
+            alpha: 0.5,
+            beta: 1.0,
+            count: 0,
+        },
+        Spec {
+            m: 1,
+            n: 30,
+            k: 17,
+            op_a: Op::Identity,
+            op_b: Op::Transpose,
+            alpha: 0.75,
+            beta: -1.0,
+            count: 5,
+        },
+    ];
+    for seed in [51_u64, 52] {
+        check_grouped::<f32>(&dev, &specs, seed);
+        check_grouped::<f64>(&dev, &specs, seed + 100);
+    }
+}
+
+fn check_grouped<T: Real>(dev: &CudaDevice, specs: &[Spec], seed: u64) {
+    let (groups, [la, lb, lc]) = layout_groups(specs);
+    let mut rng = Rng(seed);
+    let a: Vec<T> = random(&mut rng, la);
+    let b: Vec<T> = random(&mut rng, lb);
+    let mut c: Vec<T> = random(&mut rng, lc);
+    // beta = 0 must not read C.
+    for (s, entries) in specs.iter().zip(&groups) {
+        if s.beta == 0.0 {
+            for e in entries {
+                for j in 0..e.c.cols {
+                    for i in 0..e.c.rows {
+                        c[e.c.offset + i + j * e.c.ld] = T::of(f64::NAN);
+                    }
+                }
+            }
+        }
+    }
+    let mut want: Vec<f64> = c.iter().map(|&x| x.to()).collect();
+    reference_groups(&mut want, &a, &b, specs, &groups);
+    let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+    let mut dc = dev.upload(&c).unwrap();
+    dev.gemm_grouped(
+        BatchBuffers {
+            c: &mut dc,
+            a: &da,
+            b: &db,
+        },
+        &to_groups::<T>(specs, &groups),
+    )
+    .unwrap();
+    let got = dev.download(&dc).unwrap();
+    let what = format!("{} grouped GEMM, seed {seed}", T::NAME);
+    assert_close(&got, &want, 100, &what);
+}
+
+#[test]
+fn batched_calls_refuse_bad_batches_and_write_nothing() {
+    let Some(dev) = device() else { return };
+    let a = dev.upload(&[1.0_f64; 32]).unwrap();
+    let b = dev.upload(&[1.0_f64; 32]).unwrap();
+    let mut c = dev.upload(&[7.0_f64; 32]).unwrap();
+    let l22 = |offset| MatLayout {
+        offset,
+        ..MatLayout::contiguous(2, 2)
+    };
+    let entry = |c_offset| GemmEntry {
+        a: l22(0),
+        b: l22(4),
+        c: l22(c_offset),
+    };
+    let group = |entries| GemmGroup {
+        op_a: Op::Identity,
+        op_b: Op::Identity,
+        alpha: 1.0,
+        beta: 0.0,
+        entries,
+    };
+    // Two C matrices sharing elements 2 and 3.
+    let overlapping = [entry(0), entry(2)];
+    let err = dev
+        .gemm_batched(
+            BatchBuffers {
+                c: &mut c,
+                a: &a,
+                b: &b,
+            },
+            group(&overlapping),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CudaError::OverlappingOutputs {
+            first: (0, 0),
+            second: (0, 1)
+        }
+    );
+    // A C past the end of its buffer.
+    let past = [entry(0), entry(30)];
+    let err = dev
+        .gemm_batched(
+            BatchBuffers {
+                c: &mut c,
+                a: &a,
+                b: &b,
+            },
+            group(&past),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, CudaError::OutOfBounds { operand: "C", .. }),
+        "{err}"
+    );
+    // Across groups of a grouped call, too (checked before the grouped symbols are needed).
+    let (g0, g1) = ([entry(0)], [entry(3)]);
+    let err = dev
+        .gemm_grouped(
+            BatchBuffers {
+                c: &mut c,
+                a: &a,
+                b: &b,
+            },
+            &[group(&g0), group(&g1)],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CudaError::OverlappingOutputs {
+            first: (0, 0),
+            second: (1, 0)
+        }
+    );
+    assert_eq!(dev.download(&c).unwrap(), vec![7.0; 32]);
 }

@@ -7,7 +7,11 @@
 //! column-major GEMM and strided-batched GEMM ([`CudaDevice::gemm`],
 //! [`CudaDevice::gemm_strided_batched`]); level-1 cuBLAS on strided vectors
 //! ([`CudaDevice::axpy`], [`CudaDevice::scal`], [`CudaDevice::nrm2`], [`CudaDevice::dot`], and
-//! [`CudaDevice::nrm2_into`] / [`CudaDevice::dot_into`] that leave the result on the device).
+//! [`CudaDevice::nrm2_into`] / [`CudaDevice::dot_into`] that leave the result on the device);
+//! pointer-array GEMM over products at arbitrary offsets in three buffers, of one shape
+//! ([`CudaDevice::gemm_batched`], `cublas?gemmBatched`) or of groups of shapes
+//! ([`CudaDevice::gemm_grouped`], `cublas?gemmGroupedBatched`, cuBLAS 12.5+, probed apart by
+//! [`probe_grouped`]).
 //!
 //! Invariant: no cudarc call is made before [`probe`] has seen both shared libraries load and
 //! export every symbol this module reaches (cudarc panics on a missing library or symbol, so
@@ -51,10 +55,12 @@
 //! # }
 //! ```
 
+mod batched;
 mod blas1;
 mod device;
 mod gemm;
 
+pub use batched::{BatchBuffers, GemmEntry, GemmGroup};
 pub use blas1::{DeviceVec, DeviceVecMut, VecLayout};
 pub use device::{CudaDevice, CudaScalar, DeviceBuffer};
 pub use gemm::{DeviceMat, DeviceMatMut, MatLayout, Op, StridedBatch};
@@ -174,6 +180,36 @@ pub enum CudaError {
         /// The elements one C matrix spans.
         extent: usize,
     },
+    /// An entry of a pointer-array batch group has other dims than the group's first.
+    #[error(
+        "expected every {operand} of group {group} to be {} x {} with leading dim {}, like its \
+         first, but entry {entry} is {} x {} with leading dim {}",
+        .expected[0], .expected[1], .expected[2], .given[0], .given[1], .given[2]
+    )]
+    UnequalBatch {
+        /// The group's index (0 for [`CudaDevice::gemm_batched`]).
+        group: usize,
+        /// The entry's index in its group.
+        entry: usize,
+        /// Which operand.
+        operand: &'static str,
+        /// The first entry's rows, columns and leading dim for that operand.
+        expected: [usize; 3],
+        /// This entry's.
+        given: [usize; 3],
+    },
+    /// Two C matrices of one batched call may share an element.
+    #[error(
+        "expected the C matrices of one batched call to share no element, but entry {} of \
+         group {} and entry {} of group {} may",
+        .first.1, .first.0, .second.1, .second.0
+    )]
+    OverlappingOutputs {
+        /// `(group, entry)` of one.
+        first: (usize, usize),
+        /// `(group, entry)` of the other.
+        second: (usize, usize),
+    },
     /// A vector's increment is zero (cuBLAS's level-1 calls here take positive ones).
     #[error("expected a positive increment for {operand}, but was given 0")]
     ZeroIncrement {
@@ -256,7 +292,13 @@ const CUBLAS_SYMBOLS: &[&str] = &[
     "cublasDnrm2_v2",
     "cublasSdot_v2",
     "cublasDdot_v2",
+    "cublasSgemmBatched",
+    "cublasDgemmBatched",
 ];
+
+/// The cuBLAS symbols of grouped GEMM, new in cuBLAS 12.5: probed apart ([`probe_grouped`]) so
+/// that an older cuBLAS still runs everything else.
+const GROUPED_SYMBOLS: &[&str] = &["cublasSgemmGroupedBatched", "cublasDgemmGroupedBatched"];
 
 fn unavailable(library: &'static str, names: &[&str]) -> CudaError {
     let mut searched: Vec<String> = Vec::new();
@@ -303,6 +345,10 @@ fn probe_driver_uncached() -> Result<(), CudaError> {
 }
 
 fn probe_cublas_uncached() -> Result<(), CudaError> {
+    probe_cublas_symbols(CUBLAS_SYMBOLS)
+}
+
+fn probe_cublas_symbols(symbols: &[&'static str]) -> Result<(), CudaError> {
     use cudarc::cublas::sys;
     // SAFETY: as for the driver: cuBLAS's initialisers need nothing from the caller.
     if !unsafe { sys::is_culib_present() } {
@@ -310,7 +356,7 @@ fn probe_cublas_uncached() -> Result<(), CudaError> {
     }
     // SAFETY: `is_culib_present` just loaded one of the names `culib` tries, so it finds one.
     let lib = unsafe { sys::culib() };
-    for &symbol in CUBLAS_SYMBOLS {
+    for &symbol in symbols {
         // SAFETY: a symbol-table lookup; the symbol is never called.
         if unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_err() {
             return Err(CudaError::MissingSymbol {
@@ -342,6 +388,20 @@ pub fn probe_driver() -> Result<(), CudaError> {
 pub fn probe_cublas() -> Result<(), CudaError> {
     static CUBLAS: OnceLock<Result<(), CudaError>> = OnceLock::new();
     CUBLAS.get_or_init(probe_cublas_uncached).clone()
+}
+
+/// Whether cuBLAS exports grouped GEMM (`cublas?gemmGroupedBatched`, cuBLAS 12.5 and later),
+/// after [`probe`] (checked once per process).
+///
+/// # Errors
+///
+/// As [`probe`]; [`CudaError::MissingSymbol`] for a cuBLAS older than 12.5.
+pub fn probe_grouped() -> Result<(), CudaError> {
+    static GROUPED: OnceLock<Result<(), CudaError>> = OnceLock::new();
+    probe()?;
+    GROUPED
+        .get_or_init(|| probe_cublas_symbols(GROUPED_SYMBOLS))
+        .clone()
 }
 
 /// [`probe_driver`], then [`probe_cublas`]: whether this backend can make any call at all.
@@ -392,6 +452,23 @@ mod tests {
             }
             Err(e @ CudaError::MissingSymbol { .. }) => println!("old CUDA libraries: {e}"),
             Err(e) => panic!("the probe gave an error it never makes: {e}"),
+        }
+        // The grouped-GEMM probe fails whenever the main one does, with its error.
+        match (probe(), probe_grouped()) {
+            (Err(main), grouped) => assert_eq!(grouped, Err(main)),
+            (Ok(()), Ok(())) => println!("cuBLAS has grouped GEMM"),
+            (Ok(()), Err(e)) => {
+                assert!(
+                    matches!(
+                        e,
+                        CudaError::MissingSymbol {
+                            library: "cublas",
+                            ..
+                        }
+                    ),
+                    "{e}"
+                )
+            }
         }
     }
 }
