@@ -9,7 +9,7 @@
 
 use tessera_backends::cuda::{
     BatchBuffers, CudaDevice, CudaError, CudaScalar, DeviceBuffer, GemmEntry, GemmGroup, MatLayout,
-    Op, StridedBatch, VecLayout, probe, probe_grouped,
+    Op, StridedBatch, StridedView, VecLayout, probe, probe_grouped, probe_nvrtc,
 };
 
 /// Device 0, or `None` (having said why the test is skipped) when there is no driver or device.
@@ -1016,4 +1016,184 @@ fn batched_calls_refuse_bad_batches_and_write_nothing() {
         }
     );
     assert_eq!(dev.download(&c).unwrap(), vec![7.0; 32]);
+}
+
+/// `dst[k] = ±src(i)` for every index `i` of `dims` in column-major order, by the definition.
+fn permute_reference<T: Real>(
+    src: &[T],
+    offset: usize,
+    dims: &[usize],
+    strides: &[isize],
+    negate: bool,
+) -> Vec<T> {
+    let n: usize = dims.iter().product();
+    (0..n)
+        .map(|k| {
+            let (mut rem, mut at) = (k, offset as isize);
+            for (&d, &s) in dims.iter().zip(strides) {
+                at += (rem % d) as isize * s;
+                rem /= d;
+            }
+            let v = src[at as usize];
+            if negate { T::of(-v.to()) } else { v }
+        })
+        .collect()
+}
+
+/// The strides of `perm` applied to a dense column-major tensor of `dims`: axis `a` of the
+/// view is axis `perm[a]` of the tensor.
+fn permuted(dims: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<isize>) {
+    let mut dense = Vec::with_capacity(dims.len());
+    let mut step = 1_isize;
+    for &d in dims {
+        dense.push(step);
+        step *= d as isize;
+    }
+    (
+        perm.iter().map(|&a| dims[a]).collect(),
+        perm.iter().map(|&a| dense[a]).collect(),
+    )
+}
+
+fn check_permute<T: Real>(dev: &CudaDevice, seed: u64) {
+    let mut rng = Rng(seed);
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[7], &[0]),
+        (&[5, 9], &[1, 0]),
+        (&[3, 4, 5], &[2, 0, 1]),
+        (&[6, 1, 4, 3], &[3, 1, 0, 2]),
+        (&[2, 3, 2, 1, 3, 2, 2, 3], &[7, 0, 6, 1, 5, 2, 4, 3]),
+        (&[33, 65, 17], &[1, 2, 0]),
+    ];
+    for (case, &(dims, perm)) in cases.iter().enumerate() {
+        let (vdims, mut vstrides) = permuted(dims, perm);
+        let n: usize = dims.iter().product();
+        // Source: the dense tensor after 3 elements of padding; reverse the first axis of the
+        // view in odd cases (a negative stride, starting from its last element).
+        let pad = 3;
+        let src: Vec<T> = random(&mut rng, pad + n + 2);
+        let mut offset = pad;
+        if case % 2 == 1 {
+            offset += (vdims[0] - 1) * vstrides[0] as usize;
+            vstrides[0] = -vstrides[0];
+        }
+        let dsrc = dev.upload(&src).unwrap();
+        for negate in [false, true] {
+            let want = permute_reference(&src, offset, &vdims, &vstrides, negate);
+            // The destination from element 2 of a buffer with 2 guard elements each side.
+            let guard = T::of(123.0);
+            let mut ddst = dev.upload(&vec![guard; n + 4]).unwrap();
+            dev.permute_copy(
+                negate,
+                StridedView {
+                    buf: &dsrc,
+                    offset,
+                    dims: &vdims,
+                    strides: &vstrides,
+                },
+                &mut ddst,
+                2,
+            )
+            .unwrap();
+            let got = dev.download(&ddst).unwrap();
+            assert_eq!(
+                &got[..2],
+                &[guard; 2],
+                "{} case {case}: guard written",
+                T::NAME
+            );
+            assert_eq!(
+                &got[n + 2..],
+                &[guard; 2],
+                "{} case {case}: guard written",
+                T::NAME
+            );
+            // A copy and a sign flip are exact.
+            assert!(
+                got[2..n + 2] == want[..],
+                "{} permute case {case} {vdims:?} {vstrides:?} negate {negate}: differs",
+                T::NAME
+            );
+        }
+    }
+}
+
+/// The device with NVRTC, or `None` having said why the test is skipped.
+fn device_with_nvrtc() -> Option<CudaDevice> {
+    let dev = device()?;
+    match probe_nvrtc() {
+        Ok(()) => Some(dev),
+        Err(e) => {
+            println!("skipped: no NVRTC ({e})");
+            None
+        }
+    }
+}
+
+#[test]
+fn permute_copy_matches_the_definition() {
+    let Some(dev) = device_with_nvrtc() else {
+        return;
+    };
+    check_permute::<f32>(&dev, 61);
+    check_permute::<f64>(&dev, 62);
+}
+
+#[test]
+fn permute_copy_refuses_bad_views_and_writes_nothing() {
+    let Some(dev) = device_with_nvrtc() else {
+        return;
+    };
+    let src = dev.upload(&[1.0_f32; 24]).unwrap();
+    let mut dst = dev.upload(&[5.0_f32; 24]).unwrap();
+    let view = |offset, dims, strides| StridedView {
+        buf: &src,
+        offset,
+        dims,
+        strides,
+    };
+    let err = dev
+        .permute_copy(false, view(1, &[2, 3, 4], &[12, 1, 3]), &mut dst, 0)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CudaError::OutOfBounds {
+                operand: "the source",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = dev
+        .permute_copy(false, view(0, &[2, 3, 4], &[12, 1, 3]), &mut dst, 1)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CudaError::OutOfBounds {
+                operand: "the destination",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = dev
+        .permute_copy(true, view(0, &[4, 2], &[-1, 4]), &mut dst, 0)
+        .unwrap_err();
+    assert!(
+        matches!(err, CudaError::NegativeReach { below: 3, .. }),
+        "{err}"
+    );
+    let err = dev
+        .permute_copy(true, view(0, &[1; 9], &[0; 9]), &mut dst, 0)
+        .unwrap_err();
+    assert_eq!(err, CudaError::TooManyAxes { given: 9, max: 8 });
+    assert_eq!(dev.download(&dst).unwrap(), vec![5.0; 24]);
+    // Empty: nothing to do; then a good copy still runs after the refusals.
+    dev.permute_copy(false, view(0, &[0, 4], &[1, 1]), &mut dst, 24)
+        .unwrap();
+    dev.permute_copy(true, view(0, &[2, 3, 4], &[12, 1, 3]), &mut dst, 0)
+        .unwrap();
+    assert_eq!(dev.download(&dst).unwrap(), vec![-1.0; 24]);
 }

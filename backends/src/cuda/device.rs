@@ -5,6 +5,7 @@
 //! checked against the device count; every buffer it allocates is ordered on its stream, and a
 //! copy that makes device data visible on the host waits for that stream before returning.
 
+use super::permute::PermuteKernels;
 use super::{CudaError, cublas, driver, probe};
 use crate::Scalar;
 use cudarc::cublas::sys::{self as blas_sys, cublasHandle_t, cublasOperation_t, cublasStatus_t};
@@ -14,7 +15,7 @@ use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr, ValidAsZeroBits,
 };
 use std::ffi::c_int;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 mod sealed {
     pub trait Sealed {}
@@ -24,6 +25,10 @@ mod sealed {
 
 /// An element type with cuBLAS kernels here: `f32` and `f64`.
 pub trait CudaScalar: Scalar + DeviceRepr + ValidAsZeroBits + sealed::Sealed {
+    /// The index of this type's kernel in a device's permute kernels.
+    #[doc(hidden)]
+    const KERNEL: usize;
+
     /// `cublas?gemm` on the handle's stream.
     ///
     /// # Safety
@@ -175,8 +180,10 @@ pub trait CudaScalar: Scalar + DeviceRepr + ValidAsZeroBits + sealed::Sealed {
 }
 
 macro_rules! cuda_scalar {
-    ($t:ty, $axpy:ident, $scal:ident, $nrm2:ident, $dot:ident, $batched:ident, $grouped:ident) => {
+    ($t:ty, $kernel:literal, $axpy:ident, $scal:ident, $nrm2:ident, $dot:ident, $batched:ident, $grouped:ident) => {
         impl CudaScalar for $t {
+            const KERNEL: usize = $kernel;
+
             unsafe fn gemm(
                 blas: &CudaBlas,
                 cfg: GemmConfig<Self>,
@@ -318,6 +325,7 @@ macro_rules! cuda_scalar {
 
 cuda_scalar!(
     f32,
+    0,
     cublasSaxpy_v2,
     cublasSscal_v2,
     cublasSnrm2_v2,
@@ -327,6 +335,7 @@ cuda_scalar!(
 );
 cuda_scalar!(
     f64,
+    1,
     cublasDaxpy_v2,
     cublasDscal_v2,
     cublasDnrm2_v2,
@@ -374,8 +383,10 @@ impl<T> DeviceBuffer<T> {
 /// the host, one reading and writing them in device memory).
 #[derive(Debug)]
 pub struct CudaDevice {
-    // Field order is drop order: the cuBLAS handles before the stream they are bound to, the
-    // stream before the context.
+    // Field order is drop order: the kernels' module and the cuBLAS handles before the stream
+    // they are used on, the stream before the context.
+    /// The permute kernels, compiled and loaded on first use.
+    pub(super) permute_kernels: OnceLock<Result<Arc<PermuteKernels>, CudaError>>,
     /// In host pointer mode (alpha, beta and results are host pointers): GEMMs, axpy, scal.
     pub(super) blas: CudaBlas,
     /// In device pointer mode, set once at creation and never changed (a handle's pointer mode
@@ -432,6 +443,7 @@ impl CudaDevice {
         ctx.check_err()
             .map_err(driver("bind the context to this thread"))?;
         Ok(Self {
+            permute_kernels: OnceLock::new(),
             blas,
             blas_device_results,
             stream,

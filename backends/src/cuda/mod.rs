@@ -11,17 +11,23 @@
 //! pointer-array GEMM over products at arbitrary offsets in three buffers, of one shape
 //! ([`CudaDevice::gemm_batched`], `cublas?gemmBatched`) or of groups of shapes
 //! ([`CudaDevice::gemm_grouped`], `cublas?gemmGroupedBatched`, cuBLAS 12.5+, probed apart by
-//! [`probe_grouped`]).
+//! [`probe_grouped`]); and permuting copies of strided N-d views (up to 8 axes) into
+//! contiguous destinations with an optional sign flip ([`CudaDevice::permute_copy`]), a kernel
+//! compiled at run time with NVRTC (probed apart by [`probe_nvrtc`]: without libnvrtc only the
+//! permutes fail, with a typed [`CudaError::Unavailable`]).
 //!
 //! Invariant: no cudarc call is made before [`probe`] has seen both shared libraries load and
 //! export every symbol this module reaches (cudarc panics on a missing library or symbol, so
-//! a machine with no driver gets [`CudaError::Unavailable`], never a panic); and every device
-//! pointer handed to cuBLAS lies inside the buffer it came from, with its extent, leading
-//! dims and device checked first, so a bad layout is a [`CudaError`] and nothing is written.
+//! a machine with no driver gets [`CudaError::Unavailable`], never a panic), no grouped GEMM
+//! before [`probe_grouped`] and no NVRTC call before [`probe_nvrtc`] passed; and every device
+//! pointer handed to cuBLAS or a kernel lies inside the buffer it came from, with its extent,
+//! leading dims or strides and device checked first by a pure function (tested without a
+//! GPU), so a bad layout is a [`CudaError`] and nothing is written.
 //!
-//! The crate is built with cudarc's `dynamic-loading` and `cuda-13000` features: it builds and
-//! links with no CUDA installed, and at run time looks for `libcuda.so`/`libcuda.so.1` and
-//! `libcublas.so`/`libcublas.so.13` (CUDA 13's sonames; `.12` is also among the names tried).
+//! The crate is built with cudarc's `driver`, `cublas`, `nvrtc`, `dynamic-loading` and
+//! `cuda-13000` features: it builds and links with no CUDA installed, and at run time looks for
+//! `libcuda.so`/`libcuda.so.1`, `libcublas.so`/`libcublas.so.13` and
+//! `libnvrtc.so`/`libnvrtc.so.13` (CUDA 13's sonames; `.12` is also among the names tried).
 //!
 //! Work is stream-ordered: every call enqueues on the device's one stream and returns; the host
 //! copies that read device data ([`CudaDevice::copy_to_host`], [`CudaDevice::download`]) wait
@@ -59,11 +65,13 @@ mod batched;
 mod blas1;
 mod device;
 mod gemm;
+mod permute;
 
 pub use batched::{BatchBuffers, GemmEntry, GemmGroup};
 pub use blas1::{DeviceVec, DeviceVecMut, VecLayout};
 pub use device::{CudaDevice, CudaScalar, DeviceBuffer};
 pub use gemm::{DeviceMat, DeviceMatMut, MatLayout, Op, StridedBatch};
+pub use permute::{MAX_AXES, PERMUTE_SOURCE, StridedView};
 
 use crate::cpu::GemmShapeMismatch;
 use cudarc::cublas::result::CublasError;
@@ -83,7 +91,7 @@ pub enum CudaError {
         n = .searched.len(), names = short_list(.searched)
     )]
     Unavailable {
-        /// The library's base name (`cuda` for the driver, `cublas`).
+        /// The library's base name (`cuda` for the driver, `cublas`, `nvrtc`).
         library: &'static str,
         /// The file names tried, in order, without repeats.
         searched: Vec<String>,
@@ -210,6 +218,39 @@ pub enum CudaError {
         /// `(group, entry)` of the other.
         second: (usize, usize),
     },
+    /// A permuting copy with more axes than its kernel takes.
+    #[error("expected at most {max} axes for a permuting copy, but was given {given}")]
+    TooManyAxes {
+        /// The axes given.
+        given: usize,
+        /// The most the kernel takes.
+        max: usize,
+    },
+    /// A strided view with another number of strides than axes.
+    #[error("expected one stride per axis ({axes} axes), but was given {strides} strides")]
+    StrideCount {
+        /// The axes (dims) given.
+        axes: usize,
+        /// The strides given.
+        strides: usize,
+    },
+    /// A strided view whose negative strides reach before its buffer's first element.
+    #[error(
+        "expected {operand} to reach no element before the start of its buffer, but it \
+         reaches {below} before it"
+    )]
+    NegativeReach {
+        /// Which operand.
+        operand: &'static str,
+        /// How many elements before element 0 the lowest one reached lies.
+        below: usize,
+    },
+    /// NVRTC failed to compile a kernel of this backend.
+    #[error("expected NVRTC to compile the backend's kernels, but it failed: {message}")]
+    Nvrtc {
+        /// NVRTC's status and log.
+        message: String,
+    },
     /// A vector's increment is zero (cuBLAS's level-1 calls here take positive ones).
     #[error("expected a positive increment for {operand}, but was given 0")]
     ZeroIncrement {
@@ -272,6 +313,10 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemsetD8Async",
     "cuMemcpyHtoDAsync_v2",
     "cuMemcpyDtoHAsync_v2",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuLaunchKernel",
 ];
 
 /// The cuBLAS symbols this module reaches.
@@ -299,6 +344,17 @@ const CUBLAS_SYMBOLS: &[&str] = &[
 /// The cuBLAS symbols of grouped GEMM, new in cuBLAS 12.5: probed apart ([`probe_grouped`]) so
 /// that an older cuBLAS still runs everything else.
 const GROUPED_SYMBOLS: &[&str] = &["cublasSgemmGroupedBatched", "cublasDgemmGroupedBatched"];
+
+/// The NVRTC symbols cudarc calls to compile a kernel to PTX (and read its log on failure).
+const NVRTC_SYMBOLS: &[&str] = &[
+    "nvrtcCreateProgram",
+    "nvrtcCompileProgram",
+    "nvrtcDestroyProgram",
+    "nvrtcGetPTXSize",
+    "nvrtcGetPTX",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
+];
 
 fn unavailable(library: &'static str, names: &[&str]) -> CudaError {
     let mut searched: Vec<String> = Vec::new();
@@ -404,6 +460,39 @@ pub fn probe_grouped() -> Result<(), CudaError> {
         .clone()
 }
 
+fn probe_nvrtc_uncached() -> Result<(), CudaError> {
+    use cudarc::nvrtc::sys;
+    // SAFETY: as for the driver: NVRTC's initialisers need nothing from the caller.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(unavailable("nvrtc", &["nvrtc"]));
+    }
+    // SAFETY: `is_culib_present` just loaded one of the names `culib` tries, so it finds one.
+    let lib = unsafe { sys::culib() };
+    for &symbol in NVRTC_SYMBOLS {
+        // SAFETY: a symbol-table lookup; the symbol is never called.
+        if unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_err() {
+            return Err(CudaError::MissingSymbol {
+                library: "nvrtc",
+                symbol,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether NVRTC (the runtime compiler, needed only for the permute kernels) loads and exports
+/// every symbol this backend calls (checked once per process). It is probed apart from
+/// [`probe`]: the cuBLAS calls run without it.
+///
+/// # Errors
+///
+/// [`CudaError::Unavailable`] for `nvrtc` when no libnvrtc loads, [`CudaError::MissingSymbol`]
+/// for an old one.
+pub fn probe_nvrtc() -> Result<(), CudaError> {
+    static NVRTC: OnceLock<Result<(), CudaError>> = OnceLock::new();
+    NVRTC.get_or_init(probe_nvrtc_uncached).clone()
+}
+
 /// [`probe_driver`], then [`probe_cublas`]: whether this backend can make any call at all.
 /// It does not initialise the driver or look for devices ([`CudaDevice::count`] does).
 ///
@@ -452,6 +541,19 @@ mod tests {
             }
             Err(e @ CudaError::MissingSymbol { .. }) => println!("old CUDA libraries: {e}"),
             Err(e) => panic!("the probe gave an error it never makes: {e}"),
+        }
+        // NVRTC is probed on its own: present, old, or a typed Unavailable naming its sonames.
+        match probe_nvrtc() {
+            Ok(()) => println!("NVRTC present"),
+            Err(CudaError::Unavailable { library, searched }) => {
+                assert_eq!(library, "nvrtc");
+                assert!(
+                    searched.iter().any(|name| name.contains("nvrtc")),
+                    "{searched:?}"
+                );
+            }
+            Err(e @ CudaError::MissingSymbol { .. }) => println!("old NVRTC: {e}"),
+            Err(e) => panic!("the NVRTC probe gave an error it never makes: {e}"),
         }
         // The grouped-GEMM probe fails whenever the main one does, with its error.
         match (probe(), probe_grouped()) {
