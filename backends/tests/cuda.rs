@@ -646,7 +646,7 @@ impl Packer {
             offset: self.next + seed % 3,
             rows,
             cols,
-            ld: rows + ld_pad,
+            ld: rows.max(1) + ld_pad,
         };
         self.next = l.offset + l.extent().unwrap();
         l
@@ -835,7 +835,17 @@ fn grouped_gemm_matches_the_definition() {
         println!("skipped: {e}");
         return;
     }
-    let specs = [
+    let specs = grouped_specs();
+    for seed in [51_u64, 52] {
+        check_grouped::<f32>(&dev, &specs, seed);
+        check_grouped::<f64>(&dev, &specs, seed + 100);
+    }
+}
+
+/// Groups of varied shapes, ops and scalars, with an empty C, an empty inner dim, a group with
+/// no entries, and a beta of zero (C not read).
+fn grouped_specs() -> [Spec; 6] {
+    [
         Spec {
             m: 7,
             n: 5,
@@ -896,11 +906,7 @@ fn grouped_gemm_matches_the_definition() {
             beta: -1.0,
             count: 5,
         },
-    ];
-    for seed in [51_u64, 52] {
-        check_grouped::<f32>(&dev, &specs, seed);
-        check_grouped::<f64>(&dev, &specs, seed + 100);
-    }
+    ]
 }
 
 fn check_grouped<T: Real>(dev: &CudaDevice, specs: &[Spec], seed: u64) {
@@ -1057,26 +1063,9 @@ fn permuted(dims: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<isize>) {
 
 fn check_permute<T: Real>(dev: &CudaDevice, seed: u64) {
     let mut rng = Rng(seed);
-    let cases: &[(&[usize], &[usize])] = &[
-        (&[7], &[0]),
-        (&[5, 9], &[1, 0]),
-        (&[3, 4, 5], &[2, 0, 1]),
-        (&[6, 1, 4, 3], &[3, 1, 0, 2]),
-        (&[2, 3, 2, 1, 3, 2, 2, 3], &[7, 0, 6, 1, 5, 2, 4, 3]),
-        (&[33, 65, 17], &[1, 2, 0]),
-    ];
-    for (case, &(dims, perm)) in cases.iter().enumerate() {
-        let (vdims, mut vstrides) = permuted(dims, perm);
-        let n: usize = dims.iter().product();
-        // Source: the dense tensor after 3 elements of padding; reverse the first axis of the
-        // view in odd cases (a negative stride, starting from its last element).
-        let pad = 3;
-        let src: Vec<T> = random(&mut rng, pad + n + 2);
-        let mut offset = pad;
-        if case % 2 == 1 {
-            offset += (vdims[0] - 1) * vstrides[0] as usize;
-            vstrides[0] = -vstrides[0];
-        }
+    for (case, (vdims, vstrides, offset, src_len)) in permute_cases().into_iter().enumerate() {
+        let n: usize = vdims.iter().product();
+        let src: Vec<T> = random(&mut rng, src_len);
         let dsrc = dev.upload(&src).unwrap();
         for negate in [false, true] {
             let want = permute_reference(&src, offset, &vdims, &vstrides, negate);
@@ -1116,6 +1105,89 @@ fn check_permute<T: Real>(dev: &CudaDevice, seed: u64) {
             );
         }
     }
+}
+
+/// The permute tests' views: axis permutations of dense column-major tensors (1 to 8 axes)
+/// after 3 elements of padding, the first axis of the view reversed (a negative stride,
+/// starting from its last element) in odd cases. Returns `(dims, strides, offset, src_len)`.
+fn permute_cases() -> Vec<(Vec<usize>, Vec<isize>, usize, usize)> {
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[7], &[0]),
+        (&[5, 9], &[1, 0]),
+        (&[3, 4, 5], &[2, 0, 1]),
+        (&[6, 1, 4, 3], &[3, 1, 0, 2]),
+        (&[2, 3, 2, 1, 3, 2, 2, 3], &[7, 0, 6, 1, 5, 2, 4, 3]),
+        (&[33, 65, 17], &[1, 2, 0]),
+    ];
+    let pad = 3;
+    (cases.iter().enumerate())
+        .map(|(case, &(dims, perm))| {
+            let (vdims, mut vstrides) = permuted(dims, perm);
+            let n: usize = dims.iter().product();
+            let mut offset = pad;
+            if case % 2 == 1 {
+                offset += (vdims[0] - 1) * vstrides[0] as usize;
+                vstrides[0] = -vstrides[0];
+            }
+            (vdims, vstrides, offset, pad + n + 2)
+        })
+        .collect()
+}
+
+/// Runs everywhere: the GPU tests' own layouts and references are sound (so a GPU failure is
+/// the backend's): every matrix of the batched and grouped tests has a leading dim of at least
+/// max(1, rows) and lies in its buffer, no two C matrices share an element, and the permute
+/// reference reads inside its source and transposes as a transpose does.
+#[test]
+fn the_gpu_tests_layouts_are_sound() {
+    let batched = Spec {
+        m: 5,
+        n: 3,
+        k: 4,
+        op_a: Op::Transpose,
+        op_b: Op::Identity,
+        alpha: 1.0,
+        beta: 0.0,
+        count: 7,
+    };
+    for specs in [&grouped_specs()[..], &[batched]] {
+        let (groups, lens) = layout_groups(specs);
+        assert_eq!(groups.len(), specs.len());
+        let mut written = std::collections::HashSet::new();
+        for (s, entries) in specs.iter().zip(&groups) {
+            assert_eq!(entries.len(), s.count);
+            for e in entries {
+                assert_eq!(stored(s.m, s.k, s.op_a), (e.a.rows, e.a.cols));
+                assert_eq!(stored(s.k, s.n, s.op_b), (e.b.rows, e.b.cols));
+                assert_eq!((s.m, s.n), (e.c.rows, e.c.cols));
+                for (l, len) in [(e.a, lens[0]), (e.b, lens[1]), (e.c, lens[2])] {
+                    assert!(l.ld >= l.rows.max(1), "{l:?}");
+                    assert!(l.offset + l.extent().unwrap() <= len, "{l:?} in {len}");
+                }
+                for j in 0..e.c.cols {
+                    for i in 0..e.c.rows {
+                        assert!(written.insert(e.c.offset + i + j * e.c.ld), "{e:?}");
+                    }
+                }
+            }
+        }
+    }
+    for (dims, strides, offset, len) in permute_cases() {
+        let src: Vec<f64> = (0..len).map(|i| i as f64).collect();
+        let got = permute_reference(&src, offset, &dims, &strides, false);
+        assert_eq!(got.len(), dims.iter().product::<usize>());
+    }
+    // The 2 x 3 matrix 0..6 read transposed, then negated.
+    let src: Vec<f64> = (0..6).map(f64::from).collect();
+    let (dims, strides) = permuted(&[2, 3], &[1, 0]);
+    assert_eq!(
+        (dims.as_slice(), strides.as_slice()),
+        (&[3, 2][..], &[2, 1][..])
+    );
+    assert_eq!(
+        permute_reference(&src, 0, &dims, &strides, true),
+        vec![-0.0, -2.0, -4.0, -1.0, -3.0, -5.0]
+    );
 }
 
 /// The device with NVRTC, or `None` having said why the test is skipped.
