@@ -8,7 +8,8 @@
 #![cfg(feature = "cuda")]
 
 use tessera_backends::cuda::{
-    CudaDevice, CudaError, CudaScalar, DeviceBuffer, MatLayout, Op, StridedBatch, probe,
+    BatchBuffers, CudaDevice, CudaError, CudaScalar, DeviceBuffer, GemmEntry, GemmGroup, MatLayout,
+    Op, StridedBatch, StridedView, VecLayout, probe, probe_grouped, probe_nvrtc,
 };
 
 /// Device 0, or `None` (having said why the test is skipped) when there is no driver or device.
@@ -472,4 +473,799 @@ fn bad_layouts_are_refused_and_nothing_is_written() {
         }
     );
     assert_eq!(dev.download(&c).unwrap(), vec![7.0; 12]);
+}
+
+/// The elements of a strided vector, as f64.
+fn gather<T: Real>(data: &[T], l: VecLayout) -> Vec<f64> {
+    (0..l.len)
+        .map(|i| data[l.offset + i * l.inc].to())
+        .collect()
+}
+
+fn check_level1<T: Real>(dev: &CudaDevice, n: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let lx = VecLayout {
+        offset: 1,
+        len: n,
+        inc: 2,
+    };
+    let ly = VecLayout {
+        offset: 3,
+        len: n,
+        inc: 3,
+    };
+    let len = |l: VecLayout| l.offset + l.extent().unwrap() + 2;
+    let x: Vec<T> = random(&mut rng, len(lx));
+    let y: Vec<T> = random(&mut rng, len(ly));
+    let dx = dev.upload(&x).unwrap();
+    let mut dy = dev.upload(&y).unwrap();
+    let what = |op: &str| format!("{} {op} n = {n}", T::NAME);
+
+    // nrm2 and dot against the definition, on the host and into device memory. Tolerances:
+    // a few units of T::TOL (about 100 ulps) times the sum of the terms' magnitudes, which
+    // bounds a tree reduction's rounding and is far below what a wrong element or stride
+    // would change.
+    let (gx, gy) = (gather(&x, lx), gather(&y, ly));
+    let squares: f64 = gx.iter().map(|v| v * v).sum();
+    let norm = squares.sqrt();
+    let dot: f64 = gx.iter().zip(&gy).map(|(a, b)| a * b).sum();
+    let dot_tol = 4.0 * T::TOL * gx.iter().zip(&gy).map(|(a, b)| (a * b).abs()).sum::<f64>();
+    let norm_tol = 4.0 * T::TOL * norm;
+    let close = |got: T, want: f64, tol: f64, op: &str| {
+        let got = got.to();
+        assert!(
+            (got - want).abs() <= tol,
+            "{}: {got}, expected {want} (tolerance {tol})",
+            what(op)
+        );
+    };
+    close(dev.nrm2(dx.vec(lx)).unwrap(), norm, norm_tol, "nrm2");
+    close(
+        dev.dot(dx.vec(lx), dy.vec(ly)).unwrap(),
+        dot,
+        dot_tol,
+        "dot",
+    );
+    // Device results: several into one buffer with no host wait between, then one copy.
+    let mut results = dev.upload(&[T::of(9.0); 4]).unwrap();
+    dev.nrm2_into(dx.vec(lx), &mut results, 1).unwrap();
+    dev.dot_into(dx.vec(lx), dy.vec(ly), &mut results, 3)
+        .unwrap();
+    dev.dot_into(dx.vec(lx), dx.vec(lx), &mut results, 0)
+        .unwrap();
+    let got = dev.download(&results).unwrap();
+    close(got[0], squares, 4.0 * T::TOL * squares, "dot_into (x . x)");
+    close(got[1], norm, norm_tol, "nrm2_into");
+    assert_eq!(
+        got[2].to(),
+        9.0,
+        "{}: an untouched slot changed",
+        what("nrm2_into")
+    );
+    close(got[3], dot, dot_tol, "dot_into");
+
+    // axpy then scal, stream-ordered, then one download.
+    let (alpha, scale) = (-0.75, 1.5);
+    dev.axpy(T::of(alpha), dx.vec(lx), dy.vec_mut(ly)).unwrap();
+    dev.scal(T::of(scale), dy.vec_mut(ly)).unwrap();
+    let mut want: Vec<f64> = y.iter().map(|&v| v.to()).collect();
+    for i in 0..n {
+        let yi = &mut want[ly.offset + i * ly.inc];
+        *yi = scale * (*yi + alpha * x[lx.offset + i * lx.inc].to());
+    }
+    let got = dev.download(&dy).unwrap();
+    assert_close(&got, &want, 2, &what("axpy then scal"));
+
+    // Misuse: y one element short of x, y past its buffer: refused, y untouched.
+    let short = VecLayout { len: n + 1, ..lx };
+    let before = dev.download(&dy).unwrap();
+    if short.offset + short.extent().unwrap() <= dx.len() {
+        let err = dev
+            .axpy(T::of(1.0), dx.vec(short), dy.vec_mut(ly))
+            .unwrap_err();
+        assert!(
+            matches!(err, CudaError::VectorLengths { operand: "y", .. }),
+            "{err}"
+        );
+    }
+    let past = VecLayout {
+        offset: dy.len(),
+        ..ly
+    };
+    let err = dev
+        .axpy(T::of(1.0), dx.vec(lx), dy.vec_mut(past))
+        .unwrap_err();
+    assert!(
+        matches!(err, CudaError::OutOfBounds { operand: "y", .. }),
+        "{err}"
+    );
+    let err = dev
+        .scal(T::of(0.0), dy.vec_mut(VecLayout { inc: 0, ..ly }))
+        .unwrap_err();
+    assert_eq!(err, CudaError::ZeroIncrement { operand: "x" });
+    assert_eq!(dev.download(&dy).unwrap(), before);
+}
+
+#[test]
+fn level1_matches_host_references() {
+    let Some(dev) = device() else { return };
+    for (n, seed) in [(1, 21), (7, 22), (1000, 23), (100_003, 24)] {
+        check_level1::<f32>(&dev, n, seed);
+        check_level1::<f64>(&dev, n, seed + 100);
+    }
+}
+
+/// Empty vectors: axpy and scal do nothing, the reductions give 0 (written, not skipped).
+#[test]
+fn level1_on_empty_vectors() {
+    let Some(dev) = device() else { return };
+    let x = dev.upload(&[1.0_f64, 2.0]).unwrap();
+    let mut y = dev.upload(&[3.0_f64, 4.0]).unwrap();
+    let empty = VecLayout::contiguous(0);
+    dev.axpy(2.0, x.vec(empty), y.vec_mut(empty)).unwrap();
+    dev.scal(0.0, y.vec_mut(empty)).unwrap();
+    assert_eq!(dev.download(&y).unwrap(), vec![3.0, 4.0]);
+    assert_eq!(dev.nrm2(x.vec(empty)).unwrap(), 0.0);
+    assert_eq!(dev.dot(x.vec(empty), x.vec(empty)).unwrap(), 0.0);
+    let mut r = dev.upload(&[5.0_f64, 6.0]).unwrap();
+    dev.dot_into(x.vec(empty), x.vec(empty), &mut r, 1).unwrap();
+    assert_eq!(dev.download(&r).unwrap(), vec![5.0, 0.0]);
+}
+
+/// With two devices, a vector of one used on the other is refused before any call.
+#[test]
+fn level1_refuses_a_buffer_of_another_device() {
+    let Some(dev) = device() else { return };
+    if CudaDevice::count().unwrap() < 2 {
+        println!("skipped: one CUDA device (the pure check covers this everywhere)");
+        return;
+    }
+    let other = CudaDevice::open(1).unwrap();
+    let x = other.upload(&[1.0_f32; 4]).unwrap();
+    let mut y = dev.upload(&[2.0_f32; 4]).unwrap();
+    let err = dev.axpy(1.0, x.as_vec(), y.as_vec_mut()).unwrap_err();
+    assert_eq!(
+        err,
+        CudaError::WrongDevice {
+            operand: "x",
+            expected: 0,
+            given: 1
+        }
+    );
+    assert_eq!(dev.download(&y).unwrap(), vec![2.0; 4]);
+}
+
+/// Places matrices one after another in a buffer, with a gap of `seed % 3` before each.
+struct Packer {
+    next: usize,
+}
+
+impl Packer {
+    fn place(&mut self, rows: usize, cols: usize, ld_pad: usize, seed: usize) -> MatLayout {
+        let l = MatLayout {
+            offset: self.next + seed % 3,
+            rows,
+            cols,
+            ld: rows.max(1) + ld_pad,
+        };
+        self.next = l.offset + l.extent().unwrap();
+        l
+    }
+}
+
+/// One group's description for the tests: shape, ops, scalars and member count.
+#[derive(Clone, Copy)]
+struct Spec {
+    m: usize,
+    n: usize,
+    k: usize,
+    op_a: Op,
+    op_b: Op,
+    alpha: f64,
+    beta: f64,
+    count: usize,
+}
+
+/// Entries for `specs`, group by group, with A and B packed (in reverse order of entries, so
+/// offsets do not follow the entry order) and every C a block of one column-major matrix of
+/// leading dim `c_ld`, blocks side by side: C's extents interleave while their elements do
+/// not. Returns the entries per group and the lengths of the three buffers.
+fn layout_groups(specs: &[Spec]) -> (Vec<Vec<GemmEntry>>, [usize; 3]) {
+    let c_ld = specs.iter().map(|s| s.m).max().unwrap_or(1) + 1;
+    let (mut pa, mut pb) = (Packer { next: 0 }, Packer { next: 0 });
+    let mut col = 0;
+    let mut groups = Vec::new();
+    for (g, s) in specs.iter().enumerate().rev() {
+        let mut entries = Vec::new();
+        for i in (0..s.count).rev() {
+            let seed = g + i;
+            let (ar, ac) = stored(s.m, s.k, s.op_a);
+            let (br, bc) = stored(s.k, s.n, s.op_b);
+            let a = pa.place(ar, ac, seed % 2, seed);
+            let b = pb.place(br, bc, (seed + 1) % 2, seed + 1);
+            // C: rows from (seed % 2), columns from `col` of the big matrix.
+            let c = MatLayout {
+                offset: seed % 2 + col * c_ld,
+                rows: s.m,
+                cols: s.n,
+                ld: c_ld,
+            };
+            col += s.n + 1;
+            entries.push(GemmEntry { a, b, c });
+        }
+        entries.reverse();
+        groups.push(entries);
+    }
+    groups.reverse();
+    (groups, [pa.next + 2, pb.next + 2, col * c_ld + 1])
+}
+
+fn reference_groups<T: Real>(
+    want: &mut [f64],
+    a: &[T],
+    b: &[T],
+    specs: &[Spec],
+    groups: &[Vec<GemmEntry>],
+) {
+    for (s, entries) in specs.iter().zip(groups) {
+        for e in entries {
+            reference(
+                want, e.c, s.beta, a, e.a, s.op_a, b, e.b, s.op_b, s.alpha, s.k,
+            );
+        }
+    }
+}
+
+fn to_groups<'a, T: Real>(specs: &[Spec], groups: &'a [Vec<GemmEntry>]) -> Vec<GemmGroup<'a, T>> {
+    specs
+        .iter()
+        .zip(groups)
+        .map(|(s, entries)| GemmGroup {
+            op_a: s.op_a,
+            op_b: s.op_b,
+            alpha: T::of(s.alpha),
+            beta: T::of(s.beta),
+            entries,
+        })
+        .collect()
+}
+
+fn check_pointer_batched<T: Real>(dev: &CudaDevice, m: usize, n: usize, k: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    for (op_a, op_b) in [
+        (Op::Identity, Op::Identity),
+        (Op::Transpose, Op::Identity),
+        (Op::Identity, Op::Transpose),
+        (Op::Transpose, Op::Transpose),
+    ] {
+        let spec = Spec {
+            m,
+            n,
+            k,
+            op_a,
+            op_b,
+            alpha: 1.5,
+            beta: -0.5,
+            count: 7,
+        };
+        let (groups, [la, lb, lc]) = layout_groups(&[spec]);
+        let a: Vec<T> = random(&mut rng, la);
+        let b: Vec<T> = random(&mut rng, lb);
+        let c: Vec<T> = random(&mut rng, lc);
+        let mut want: Vec<f64> = c.iter().map(|&x| x.to()).collect();
+        reference_groups(&mut want, &a, &b, &[spec], &groups);
+        let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+        let mut dc = dev.upload(&c).unwrap();
+        let group = to_groups::<T>(&[spec], &groups)[0];
+        dev.gemm_batched(
+            BatchBuffers {
+                c: &mut dc,
+                a: &da,
+                b: &db,
+            },
+            group,
+        )
+        .unwrap();
+        let got = dev.download(&dc).unwrap();
+        let what = format!(
+            "{} pointer-array batch 7 x {m}x{n}x{k} {op_a:?} {op_b:?}",
+            T::NAME
+        );
+        assert_close(&got, &want, k, &what);
+    }
+}
+
+#[test]
+fn pointer_array_batched_gemm_matches_the_definition() {
+    let Some(dev) = device() else { return };
+    for (m, n, k, seed) in [(1, 1, 1, 31), (5, 3, 4, 32), (40, 33, 65, 33)] {
+        check_pointer_batched::<f32>(&dev, m, n, k, seed);
+        check_pointer_batched::<f64>(&dev, m, n, k, seed + 100);
+    }
+}
+
+/// Many batched calls back to back with no host wait: each call's pointer arrays are freed
+/// (stream-ordered) when it returns, while the GEMMs may still be queued; the sums must come
+/// out right.
+#[test]
+fn back_to_back_batched_calls_accumulate_in_stream_order() {
+    let Some(dev) = device() else { return };
+    let spec = Spec {
+        m: 16,
+        n: 12,
+        k: 20,
+        op_a: Op::Identity,
+        op_b: Op::Transpose,
+        alpha: 1.0,
+        beta: 1.0,
+        count: 33,
+    };
+    let (groups, [la, lb, lc]) = layout_groups(&[spec]);
+    let mut rng = Rng(41);
+    let a: Vec<f64> = random(&mut rng, la);
+    let b: Vec<f64> = random(&mut rng, lb);
+    let c: Vec<f64> = random(&mut rng, lc);
+    let mut want = c.clone();
+    let rounds = 25;
+    for _ in 0..rounds {
+        reference_groups(&mut want, &a, &b, &[spec], &groups);
+    }
+    let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+    let mut dc = dev.upload(&c).unwrap();
+    for _ in 0..rounds {
+        let group = to_groups::<f64>(&[spec], &groups)[0];
+        dev.gemm_batched(
+            BatchBuffers {
+                c: &mut dc,
+                a: &da,
+                b: &db,
+            },
+            group,
+        )
+        .unwrap();
+    }
+    let got = dev.download(&dc).unwrap();
+    assert_close(&got, &want, spec.k * rounds, "25 batched calls, beta = 1");
+}
+
+#[test]
+fn grouped_gemm_matches_the_definition() {
+    let Some(dev) = device() else { return };
+    if let Err(e) = probe_grouped() {
+        println!("skipped: {e}");
+        return;
+    }
+    let specs = grouped_specs();
+    for seed in [51_u64, 52] {
+        check_grouped::<f32>(&dev, &specs, seed);
+        check_grouped::<f64>(&dev, &specs, seed + 100);
+    }
+}
+
+/// Groups of varied shapes, ops and scalars, with an empty C, an empty inner dim, a group with
+/// no entries, and a beta of zero (C not read).
+fn grouped_specs() -> [Spec; 6] {
+    [
+        Spec {
+            m: 7,
+            n: 5,
+            k: 3,
+            op_a: Op::Identity,
+            op_b: Op::Identity,
+            alpha: 1.0,
+            beta: 0.0,
+            count: 4,
+        },
+        Spec {
+            m: 0,
+            n: 4,
+            k: 2,
+            op_a: Op::Identity,
+            op_b: Op::Identity,
+            alpha: 1.0,
+            beta: 0.0,
+            count: 2,
+        },
+        Spec {
+            m: 64,
+            n: 48,
+            k: 33,
+            op_a: Op::Transpose,
+            op_b: Op::Identity,
+            alpha: -2.0,
+            beta: 0.25,
+            count: 3,
+        },
+        Spec {
+            m: 3,
+            n: 9,
+            k: 0,
+            op_a: Op::Identity,
+            op_b: Op::Transpose,
+            alpha: 1.0,
+            beta: 3.0,
+            count: 2,
+        },
+        Spec {
+            m: 20,
+            n: 1,
+            k: 100,
+            op_a: Op::Transpose,
+            op_b: Op::Transpose,
+            alpha: 0.5,
+            beta: 1.0,
+            count: 0,
+        },
+        Spec {
+            m: 1,
+            n: 30,
+            k: 17,
+            op_a: Op::Identity,
+            op_b: Op::Transpose,
+            alpha: 0.75,
+            beta: -1.0,
+            count: 5,
+        },
+    ]
+}
+
+fn check_grouped<T: Real>(dev: &CudaDevice, specs: &[Spec], seed: u64) {
+    let (groups, [la, lb, lc]) = layout_groups(specs);
+    let mut rng = Rng(seed);
+    let a: Vec<T> = random(&mut rng, la);
+    let b: Vec<T> = random(&mut rng, lb);
+    let mut c: Vec<T> = random(&mut rng, lc);
+    // beta = 0 must not read C.
+    for (s, entries) in specs.iter().zip(&groups) {
+        if s.beta == 0.0 {
+            for e in entries {
+                for j in 0..e.c.cols {
+                    for i in 0..e.c.rows {
+                        c[e.c.offset + i + j * e.c.ld] = T::of(f64::NAN);
+                    }
+                }
+            }
+        }
+    }
+    let mut want: Vec<f64> = c.iter().map(|&x| x.to()).collect();
+    reference_groups(&mut want, &a, &b, specs, &groups);
+    let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+    let mut dc = dev.upload(&c).unwrap();
+    dev.gemm_grouped(
+        BatchBuffers {
+            c: &mut dc,
+            a: &da,
+            b: &db,
+        },
+        &to_groups::<T>(specs, &groups),
+    )
+    .unwrap();
+    let got = dev.download(&dc).unwrap();
+    let what = format!("{} grouped GEMM, seed {seed}", T::NAME);
+    assert_close(&got, &want, 100, &what);
+}
+
+#[test]
+fn batched_calls_refuse_bad_batches_and_write_nothing() {
+    let Some(dev) = device() else { return };
+    let a = dev.upload(&[1.0_f64; 32]).unwrap();
+    let b = dev.upload(&[1.0_f64; 32]).unwrap();
+    let mut c = dev.upload(&[7.0_f64; 32]).unwrap();
+    let l22 = |offset| MatLayout {
+        offset,
+        ..MatLayout::contiguous(2, 2)
+    };
+    let entry = |c_offset| GemmEntry {
+        a: l22(0),
+        b: l22(4),
+        c: l22(c_offset),
+    };
+    let group = |entries| GemmGroup {
+        op_a: Op::Identity,
+        op_b: Op::Identity,
+        alpha: 1.0,
+        beta: 0.0,
+        entries,
+    };
+    // Two C matrices sharing elements 2 and 3.
+    let overlapping = [entry(0), entry(2)];
+    let err = dev
+        .gemm_batched(
+            BatchBuffers {
+                c: &mut c,
+                a: &a,
+                b: &b,
+            },
+            group(&overlapping),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CudaError::OverlappingOutputs {
+            first: (0, 0),
+            second: (0, 1)
+        }
+    );
+    // A C past the end of its buffer.
+    let past = [entry(0), entry(30)];
+    let err = dev
+        .gemm_batched(
+            BatchBuffers {
+                c: &mut c,
+                a: &a,
+                b: &b,
+            },
+            group(&past),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, CudaError::OutOfBounds { operand: "C", .. }),
+        "{err}"
+    );
+    // Across groups of a grouped call, too (checked before the grouped symbols are needed).
+    let (g0, g1) = ([entry(0)], [entry(3)]);
+    let err = dev
+        .gemm_grouped(
+            BatchBuffers {
+                c: &mut c,
+                a: &a,
+                b: &b,
+            },
+            &[group(&g0), group(&g1)],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CudaError::OverlappingOutputs {
+            first: (0, 0),
+            second: (1, 0)
+        }
+    );
+    assert_eq!(dev.download(&c).unwrap(), vec![7.0; 32]);
+}
+
+/// `dst[k] = ±src(i)` for every index `i` of `dims` in column-major order, by the definition.
+fn permute_reference<T: Real>(
+    src: &[T],
+    offset: usize,
+    dims: &[usize],
+    strides: &[isize],
+    negate: bool,
+) -> Vec<T> {
+    let n: usize = dims.iter().product();
+    (0..n)
+        .map(|k| {
+            let (mut rem, mut at) = (k, offset as isize);
+            for (&d, &s) in dims.iter().zip(strides) {
+                at += (rem % d) as isize * s;
+                rem /= d;
+            }
+            let v = src[at as usize];
+            if negate { T::of(-v.to()) } else { v }
+        })
+        .collect()
+}
+
+/// The strides of `perm` applied to a dense column-major tensor of `dims`: axis `a` of the
+/// view is axis `perm[a]` of the tensor.
+fn permuted(dims: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<isize>) {
+    let mut dense = Vec::with_capacity(dims.len());
+    let mut step = 1_isize;
+    for &d in dims {
+        dense.push(step);
+        step *= d as isize;
+    }
+    (
+        perm.iter().map(|&a| dims[a]).collect(),
+        perm.iter().map(|&a| dense[a]).collect(),
+    )
+}
+
+fn check_permute<T: Real>(dev: &CudaDevice, seed: u64) {
+    let mut rng = Rng(seed);
+    for (case, (vdims, vstrides, offset, src_len)) in permute_cases().into_iter().enumerate() {
+        let n: usize = vdims.iter().product();
+        let src: Vec<T> = random(&mut rng, src_len);
+        let dsrc = dev.upload(&src).unwrap();
+        for negate in [false, true] {
+            let want = permute_reference(&src, offset, &vdims, &vstrides, negate);
+            // The destination from element 2 of a buffer with 2 guard elements each side.
+            let guard = T::of(123.0);
+            let mut ddst = dev.upload(&vec![guard; n + 4]).unwrap();
+            dev.permute_copy(
+                negate,
+                StridedView {
+                    buf: &dsrc,
+                    offset,
+                    dims: &vdims,
+                    strides: &vstrides,
+                },
+                &mut ddst,
+                2,
+            )
+            .unwrap();
+            let got = dev.download(&ddst).unwrap();
+            assert_eq!(
+                &got[..2],
+                &[guard; 2],
+                "{} case {case}: guard written",
+                T::NAME
+            );
+            assert_eq!(
+                &got[n + 2..],
+                &[guard; 2],
+                "{} case {case}: guard written",
+                T::NAME
+            );
+            // A copy and a sign flip are exact.
+            assert!(
+                got[2..n + 2] == want[..],
+                "{} permute case {case} {vdims:?} {vstrides:?} negate {negate}: differs",
+                T::NAME
+            );
+        }
+    }
+}
+
+/// The permute tests' views: axis permutations of dense column-major tensors (1 to 8 axes)
+/// after 3 elements of padding, the first axis of the view reversed (a negative stride,
+/// starting from its last element) in odd cases. Returns `(dims, strides, offset, src_len)`.
+fn permute_cases() -> Vec<(Vec<usize>, Vec<isize>, usize, usize)> {
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[7], &[0]),
+        (&[5, 9], &[1, 0]),
+        (&[3, 4, 5], &[2, 0, 1]),
+        (&[6, 1, 4, 3], &[3, 1, 0, 2]),
+        (&[2, 3, 2, 1, 3, 2, 2, 3], &[7, 0, 6, 1, 5, 2, 4, 3]),
+        (&[33, 65, 17], &[1, 2, 0]),
+    ];
+    let pad = 3;
+    (cases.iter().enumerate())
+        .map(|(case, &(dims, perm))| {
+            let (vdims, mut vstrides) = permuted(dims, perm);
+            let n: usize = dims.iter().product();
+            let mut offset = pad;
+            if case % 2 == 1 {
+                offset += (vdims[0] - 1) * vstrides[0] as usize;
+                vstrides[0] = -vstrides[0];
+            }
+            (vdims, vstrides, offset, pad + n + 2)
+        })
+        .collect()
+}
+
+/// Runs everywhere: the GPU tests' own layouts and references are sound (so a GPU failure is
+/// the backend's): every matrix of the batched and grouped tests has a leading dim of at least
+/// max(1, rows) and lies in its buffer, no two C matrices share an element, and the permute
+/// reference reads inside its source and transposes as a transpose does.
+#[test]
+fn the_gpu_tests_layouts_are_sound() {
+    let batched = Spec {
+        m: 5,
+        n: 3,
+        k: 4,
+        op_a: Op::Transpose,
+        op_b: Op::Identity,
+        alpha: 1.0,
+        beta: 0.0,
+        count: 7,
+    };
+    for specs in [&grouped_specs()[..], &[batched]] {
+        let (groups, lens) = layout_groups(specs);
+        assert_eq!(groups.len(), specs.len());
+        let mut written = std::collections::HashSet::new();
+        for (s, entries) in specs.iter().zip(&groups) {
+            assert_eq!(entries.len(), s.count);
+            for e in entries {
+                assert_eq!(stored(s.m, s.k, s.op_a), (e.a.rows, e.a.cols));
+                assert_eq!(stored(s.k, s.n, s.op_b), (e.b.rows, e.b.cols));
+                assert_eq!((s.m, s.n), (e.c.rows, e.c.cols));
+                for (l, len) in [(e.a, lens[0]), (e.b, lens[1]), (e.c, lens[2])] {
+                    assert!(l.ld >= l.rows.max(1), "{l:?}");
+                    assert!(l.offset + l.extent().unwrap() <= len, "{l:?} in {len}");
+                }
+                for j in 0..e.c.cols {
+                    for i in 0..e.c.rows {
+                        assert!(written.insert(e.c.offset + i + j * e.c.ld), "{e:?}");
+                    }
+                }
+            }
+        }
+    }
+    for (dims, strides, offset, len) in permute_cases() {
+        let src: Vec<f64> = (0..len).map(|i| i as f64).collect();
+        let got = permute_reference(&src, offset, &dims, &strides, false);
+        assert_eq!(got.len(), dims.iter().product::<usize>());
+    }
+    // The 2 x 3 matrix 0..6 read transposed, then negated.
+    let src: Vec<f64> = (0..6).map(f64::from).collect();
+    let (dims, strides) = permuted(&[2, 3], &[1, 0]);
+    assert_eq!(
+        (dims.as_slice(), strides.as_slice()),
+        (&[3, 2][..], &[2, 1][..])
+    );
+    assert_eq!(
+        permute_reference(&src, 0, &dims, &strides, true),
+        vec![-0.0, -2.0, -4.0, -1.0, -3.0, -5.0]
+    );
+}
+
+/// The device with NVRTC, or `None` having said why the test is skipped.
+fn device_with_nvrtc() -> Option<CudaDevice> {
+    let dev = device()?;
+    match probe_nvrtc() {
+        Ok(()) => Some(dev),
+        Err(e) => {
+            println!("skipped: no NVRTC ({e})");
+            None
+        }
+    }
+}
+
+#[test]
+fn permute_copy_matches_the_definition() {
+    let Some(dev) = device_with_nvrtc() else {
+        return;
+    };
+    check_permute::<f32>(&dev, 61);
+    check_permute::<f64>(&dev, 62);
+}
+
+#[test]
+fn permute_copy_refuses_bad_views_and_writes_nothing() {
+    let Some(dev) = device_with_nvrtc() else {
+        return;
+    };
+    let src = dev.upload(&[1.0_f32; 24]).unwrap();
+    let mut dst = dev.upload(&[5.0_f32; 24]).unwrap();
+    let view = |offset, dims, strides| StridedView {
+        buf: &src,
+        offset,
+        dims,
+        strides,
+    };
+    let err = dev
+        .permute_copy(false, view(1, &[2, 3, 4], &[12, 1, 3]), &mut dst, 0)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CudaError::OutOfBounds {
+                operand: "the source",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = dev
+        .permute_copy(false, view(0, &[2, 3, 4], &[12, 1, 3]), &mut dst, 1)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CudaError::OutOfBounds {
+                operand: "the destination",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = dev
+        .permute_copy(true, view(0, &[4, 2], &[-1, 4]), &mut dst, 0)
+        .unwrap_err();
+    assert!(
+        matches!(err, CudaError::NegativeReach { below: 3, .. }),
+        "{err}"
+    );
+    let err = dev
+        .permute_copy(true, view(0, &[1; 9], &[0; 9]), &mut dst, 0)
+        .unwrap_err();
+    assert_eq!(err, CudaError::TooManyAxes { given: 9, max: 8 });
+    assert_eq!(dev.download(&dst).unwrap(), vec![5.0; 24]);
+    // Empty: nothing to do; then a good copy still runs after the refusals.
+    dev.permute_copy(false, view(0, &[0, 4], &[1, 1]), &mut dst, 24)
+        .unwrap();
+    dev.permute_copy(true, view(0, &[2, 3, 4], &[12, 1, 3]), &mut dst, 0)
+        .unwrap();
+    assert_eq!(dev.download(&dst).unwrap(), vec![-1.0; 24]);
 }

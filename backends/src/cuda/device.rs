@@ -5,14 +5,17 @@
 //! checked against the device count; every buffer it allocates is ordered on its stream, and a
 //! copy that makes device data visible on the host waits for that stream before returning.
 
+use super::permute::PermuteKernels;
 use super::{CudaError, cublas, driver, probe};
 use crate::Scalar;
+use cudarc::cublas::sys::{self as blas_sys, cublasHandle_t, cublasOperation_t, cublasStatus_t};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig, result::CublasError};
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr, ValidAsZeroBits,
 };
-use std::sync::Arc;
+use std::ffi::c_int;
+use std::sync::{Arc, OnceLock};
 
 mod sealed {
     pub trait Sealed {}
@@ -22,6 +25,10 @@ mod sealed {
 
 /// An element type with cuBLAS kernels here: `f32` and `f64`.
 pub trait CudaScalar: Scalar + DeviceRepr + ValidAsZeroBits + sealed::Sealed {
+    /// The index of this type's kernel in a device's permute kernels.
+    #[doc(hidden)]
+    const KERNEL: usize;
+
     /// `cublas?gemm` on the handle's stream.
     ///
     /// # Safety
@@ -51,11 +58,132 @@ pub trait CudaScalar: Scalar + DeviceRepr + ValidAsZeroBits + sealed::Sealed {
         b: &CudaView<'_, Self>,
         c: &mut CudaViewMut<'_, Self>,
     ) -> Result<(), CublasError>;
+
+    /// `cublas?axpy_v2`: `y <- alpha x + y`.
+    ///
+    /// # Safety
+    ///
+    /// `x` and `y` must be device pointers on the handle's device to vectors of `n` elements
+    /// `incx` / `incy` apart, `y`'s not overlapping `x`'s; `alpha` as the handle's pointer
+    /// mode says (host here).
+    #[doc(hidden)]
+    unsafe fn axpy(
+        handle: cublasHandle_t,
+        n: c_int,
+        alpha: *const Self,
+        x: *const Self,
+        incx: c_int,
+        y: *mut Self,
+        incy: c_int,
+    ) -> cublasStatus_t;
+
+    /// `cublas?scal_v2`: `x <- alpha x`.
+    ///
+    /// # Safety
+    ///
+    /// As [`CudaScalar::axpy`], for `x`.
+    #[doc(hidden)]
+    unsafe fn scal(
+        handle: cublasHandle_t,
+        n: c_int,
+        alpha: *const Self,
+        x: *mut Self,
+        incx: c_int,
+    ) -> cublasStatus_t;
+
+    /// `cublas?nrm2_v2`: `result <- ||x||_2`.
+    ///
+    /// # Safety
+    ///
+    /// As [`CudaScalar::axpy`]; `result` points where the handle's pointer mode says.
+    #[doc(hidden)]
+    unsafe fn nrm2(
+        handle: cublasHandle_t,
+        n: c_int,
+        x: *const Self,
+        incx: c_int,
+        result: *mut Self,
+    ) -> cublasStatus_t;
+
+    /// `cublas?dot_v2`: `result <- x . y`.
+    ///
+    /// # Safety
+    ///
+    /// As [`CudaScalar::nrm2`], for `x` and `y`.
+    #[doc(hidden)]
+    unsafe fn dot(
+        handle: cublasHandle_t,
+        n: c_int,
+        x: *const Self,
+        incx: c_int,
+        y: *const Self,
+        incy: c_int,
+        result: *mut Self,
+    ) -> cublasStatus_t;
+
+    /// `cublas?gemmBatched`: one shape, pointer arrays in device memory.
+    ///
+    /// # Safety
+    ///
+    /// The three arrays must be device memory of `batch` pointers each, every pointer to a
+    /// matrix that lies within its allocation on the handle's device, with no two C matrices
+    /// sharing an element; the arrays and matrices must stay allocated until the stream has
+    /// run the call. `alpha` and `beta` are host pointers (host pointer mode).
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm_batched(
+        handle: cublasHandle_t,
+        transa: cublasOperation_t,
+        transb: cublasOperation_t,
+        m: c_int,
+        n: c_int,
+        k: c_int,
+        alpha: *const Self,
+        a: *const *const Self,
+        lda: c_int,
+        b: *const *const Self,
+        ldb: c_int,
+        beta: *const Self,
+        c: *const *mut Self,
+        ldc: c_int,
+        batch: c_int,
+    ) -> cublasStatus_t;
+
+    /// `cublas?gemmGroupedBatched` (cuBLAS 12.5 and later): per-group shapes, scalars and
+    /// transposes in host arrays of `group_count`, matrix pointers in device arrays of the sum
+    /// of `group_size`.
+    ///
+    /// # Safety
+    ///
+    /// As [`CudaScalar::gemm_batched`], group by group; every host array holds
+    /// `group_count` entries.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm_grouped(
+        handle: cublasHandle_t,
+        transa: *const cublasOperation_t,
+        transb: *const cublasOperation_t,
+        m: *const c_int,
+        n: *const c_int,
+        k: *const c_int,
+        alpha: *const Self,
+        a: *const *const Self,
+        lda: *const c_int,
+        b: *const *const Self,
+        ldb: *const c_int,
+        beta: *const Self,
+        c: *const *mut Self,
+        ldc: *const c_int,
+        group_count: c_int,
+        group_size: *const c_int,
+    ) -> cublasStatus_t;
 }
 
 macro_rules! cuda_scalar {
-    ($t:ty) => {
+    ($t:ty, $kernel:literal, $axpy:ident, $scal:ident, $nrm2:ident, $dot:ident, $batched:ident, $grouped:ident) => {
         impl CudaScalar for $t {
+            const KERNEL: usize = $kernel;
+
             unsafe fn gemm(
                 blas: &CudaBlas,
                 cfg: GemmConfig<Self>,
@@ -77,12 +205,144 @@ macro_rules! cuda_scalar {
                 // SAFETY: the caller's contract is cudarc's.
                 unsafe { Gemm::<$t>::gemm_strided_batched(blas, cfg, a, b, c) }
             }
+
+            unsafe fn axpy(
+                handle: cublasHandle_t,
+                n: c_int,
+                alpha: *const Self,
+                x: *const Self,
+                incx: c_int,
+                y: *mut Self,
+                incy: c_int,
+            ) -> cublasStatus_t {
+                // SAFETY: the caller's contract is cuBLAS's; the probe saw the symbol.
+                unsafe { blas_sys::$axpy(handle, n, alpha, x, incx, y, incy) }
+            }
+
+            unsafe fn scal(
+                handle: cublasHandle_t,
+                n: c_int,
+                alpha: *const Self,
+                x: *mut Self,
+                incx: c_int,
+            ) -> cublasStatus_t {
+                // SAFETY: as for `axpy`.
+                unsafe { blas_sys::$scal(handle, n, alpha, x, incx) }
+            }
+
+            unsafe fn nrm2(
+                handle: cublasHandle_t,
+                n: c_int,
+                x: *const Self,
+                incx: c_int,
+                result: *mut Self,
+            ) -> cublasStatus_t {
+                // SAFETY: as for `axpy`.
+                unsafe { blas_sys::$nrm2(handle, n, x, incx, result) }
+            }
+
+            unsafe fn dot(
+                handle: cublasHandle_t,
+                n: c_int,
+                x: *const Self,
+                incx: c_int,
+                y: *const Self,
+                incy: c_int,
+                result: *mut Self,
+            ) -> cublasStatus_t {
+                // SAFETY: as for `axpy`.
+                unsafe { blas_sys::$dot(handle, n, x, incx, y, incy, result) }
+            }
+
+            unsafe fn gemm_batched(
+                handle: cublasHandle_t,
+                transa: cublasOperation_t,
+                transb: cublasOperation_t,
+                m: c_int,
+                n: c_int,
+                k: c_int,
+                alpha: *const Self,
+                a: *const *const Self,
+                lda: c_int,
+                b: *const *const Self,
+                ldb: c_int,
+                beta: *const Self,
+                c: *const *mut Self,
+                ldc: c_int,
+                batch: c_int,
+            ) -> cublasStatus_t {
+                // SAFETY: as for `axpy`.
+                unsafe {
+                    blas_sys::$batched(
+                        handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch,
+                    )
+                }
+            }
+
+            unsafe fn gemm_grouped(
+                handle: cublasHandle_t,
+                transa: *const cublasOperation_t,
+                transb: *const cublasOperation_t,
+                m: *const c_int,
+                n: *const c_int,
+                k: *const c_int,
+                alpha: *const Self,
+                a: *const *const Self,
+                lda: *const c_int,
+                b: *const *const Self,
+                ldb: *const c_int,
+                beta: *const Self,
+                c: *const *mut Self,
+                ldc: *const c_int,
+                group_count: c_int,
+                group_size: *const c_int,
+            ) -> cublasStatus_t {
+                // SAFETY: as for `axpy`; the caller checked the grouped symbols' probe.
+                unsafe {
+                    blas_sys::$grouped(
+                        handle,
+                        transa,
+                        transb,
+                        m,
+                        n,
+                        k,
+                        alpha,
+                        a,
+                        lda,
+                        b,
+                        ldb,
+                        beta,
+                        c,
+                        ldc,
+                        group_count,
+                        group_size,
+                    )
+                }
+            }
         }
     };
 }
 
-cuda_scalar!(f32);
-cuda_scalar!(f64);
+cuda_scalar!(
+    f32,
+    0,
+    cublasSaxpy_v2,
+    cublasSscal_v2,
+    cublasSnrm2_v2,
+    cublasSdot_v2,
+    cublasSgemmBatched,
+    cublasSgemmGroupedBatched
+);
+cuda_scalar!(
+    f64,
+    1,
+    cublasDaxpy_v2,
+    cublasDscal_v2,
+    cublasDnrm2_v2,
+    cublasDdot_v2,
+    cublasDgemmBatched,
+    cublasDgemmGroupedBatched
+);
 
 /// A buffer of `T` in one device's memory, allocated and freed in order on that device's
 /// stream.
@@ -119,12 +379,20 @@ impl<T> DeviceBuffer<T> {
 }
 
 /// One CUDA device opened for work: its primary context, one stream that all of this handle's
-/// work is ordered on, and a cuBLAS handle bound to that stream.
+/// work is ordered on, and two cuBLAS handles bound to that stream (one reading scalars from
+/// the host, one reading and writing them in device memory).
 #[derive(Debug)]
 pub struct CudaDevice {
-    // Field order is drop order: the cuBLAS handle before the stream it is bound to, the
-    // stream before the context.
+    // Field order is drop order: the kernels' module and the cuBLAS handles before the stream
+    // they are used on, the stream before the context.
+    /// The permute kernels, compiled and loaded on first use.
+    pub(super) permute_kernels: OnceLock<Result<Arc<PermuteKernels>, CudaError>>,
+    /// In host pointer mode (alpha, beta and results are host pointers): GEMMs, axpy, scal.
     pub(super) blas: CudaBlas,
+    /// In device pointer mode, set once at creation and never changed (a handle's pointer mode
+    /// is state every call reads, so toggling one shared handle would race with other
+    /// threads' calls): the reductions that leave their result in device memory.
+    pub(super) blas_device_results: CudaBlas,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
 }
@@ -167,9 +435,20 @@ impl CudaDevice {
             .new_stream()
             .map_err(driver("create the device's stream"))?;
         let blas = CudaBlas::new(stream.clone()).map_err(cublas("create a handle"))?;
+        let blas_device_results =
+            CudaBlas::new(stream.clone()).map_err(cublas("create a second handle"))?;
+        blas_device_results
+            .set_pointer_mode(blas_sys::cublasPointerMode_t::CUBLAS_POINTER_MODE_DEVICE)
+            .map_err(cublas("set a handle's pointer mode to device"))?;
         ctx.check_err()
             .map_err(driver("bind the context to this thread"))?;
-        Ok(Self { blas, stream, ctx })
+        Ok(Self {
+            permute_kernels: OnceLock::new(),
+            blas,
+            blas_device_results,
+            stream,
+            ctx,
+        })
     }
 
     /// This device's ordinal.

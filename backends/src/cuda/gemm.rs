@@ -102,7 +102,7 @@ pub enum Op {
 }
 
 impl Op {
-    fn cublas(self) -> cublasOperation_t {
+    pub(super) fn cublas(self) -> cublasOperation_t {
         match self {
             Op::Identity => cublasOperation_t::CUBLAS_OP_N,
             Op::Transpose => cublasOperation_t::CUBLAS_OP_T,
@@ -154,7 +154,7 @@ pub struct StridedBatch {
     pub stride_c: usize,
 }
 
-fn int(what: &'static str, value: usize) -> Result<c_int, CudaError> {
+pub(super) fn int(what: &'static str, value: usize) -> Result<c_int, CudaError> {
     c_int::try_from(value).map_err(|_| CudaError::TooLarge {
         what,
         value,
@@ -171,23 +171,23 @@ fn long(what: &'static str, value: usize) -> Result<c_longlong, CudaError> {
 }
 
 /// The checked pieces of one (batched) GEMM.
-struct Checked<T> {
-    cfg: GemmConfig<T>,
+pub(super) struct Checked<T> {
+    pub(super) cfg: GemmConfig<T>,
     /// `(offset, span)` of A, B and C in their buffers.
-    a: (usize, usize),
-    b: (usize, usize),
-    c: (usize, usize),
+    pub(super) a: (usize, usize),
+    pub(super) b: (usize, usize),
+    pub(super) c: (usize, usize),
     /// Whether there is nothing to compute (C is empty).
-    empty: bool,
+    pub(super) empty: bool,
 }
 
 /// One operand as [`check`] sees it: where it lies, what cuBLAS applies to it, and the length
 /// of its buffer.
 #[derive(Debug, Clone, Copy)]
-struct Operand {
-    layout: MatLayout,
-    op: Op,
-    len: usize,
+pub(super) struct Operand {
+    pub(super) layout: MatLayout,
+    pub(super) op: Op,
+    pub(super) len: usize,
 }
 
 impl<T> DeviceMat<'_, T> {
@@ -212,7 +212,7 @@ impl<T> DeviceMatMut<'_, T> {
 
 /// Checks the dims, layouts and sizes of a (batched) GEMM against the buffers' lengths; needs
 /// no device.
-fn check<T>(
+pub(super) fn check<T>(
     batch: StridedBatch,
     c: Operand,
     beta: T,

@@ -1,20 +1,33 @@
 //! The CUDA backend: cuBLAS through cudarc, loaded at run time.
 //!
 //! Owns: the probe of the CUDA driver and cuBLAS libraries ([`probe`]), the typed
-//! [`CudaError`], the per-device handle [`CudaDevice`] (context, one stream, one cuBLAS handle),
-//! device buffers ([`DeviceBuffer`]) with host/device copies, and column-major GEMM and
-//! strided-batched GEMM for `f32` and `f64` ([`CudaDevice::gemm`],
-//! [`CudaDevice::gemm_strided_batched`]).
+//! [`CudaError`], the per-device handle [`CudaDevice`] (context, one stream, two cuBLAS handles
+//! on it: one in host pointer mode, one in device pointer mode for results left on the
+//! device), device buffers ([`DeviceBuffer`]) with host/device copies, and for `f32` and `f64`:
+//! column-major GEMM and strided-batched GEMM ([`CudaDevice::gemm`],
+//! [`CudaDevice::gemm_strided_batched`]); level-1 cuBLAS on strided vectors
+//! ([`CudaDevice::axpy`], [`CudaDevice::scal`], [`CudaDevice::nrm2`], [`CudaDevice::dot`], and
+//! [`CudaDevice::nrm2_into`] / [`CudaDevice::dot_into`] that leave the result on the device);
+//! pointer-array GEMM over products at arbitrary offsets in three buffers, of one shape
+//! ([`CudaDevice::gemm_batched`], `cublas?gemmBatched`) or of groups of shapes
+//! ([`CudaDevice::gemm_grouped`], `cublas?gemmGroupedBatched`, cuBLAS 12.5+, probed apart by
+//! [`probe_grouped`]); and permuting copies of strided N-d views (up to 8 axes) into
+//! contiguous destinations with an optional sign flip ([`CudaDevice::permute_copy`]), a kernel
+//! compiled at run time with NVRTC (probed apart by [`probe_nvrtc`]: without libnvrtc only the
+//! permutes fail, with a typed [`CudaError::Unavailable`]).
 //!
 //! Invariant: no cudarc call is made before [`probe`] has seen both shared libraries load and
 //! export every symbol this module reaches (cudarc panics on a missing library or symbol, so
-//! a machine with no driver gets [`CudaError::Unavailable`], never a panic); and every device
-//! pointer handed to cuBLAS lies inside the buffer it came from, with its extent, leading
-//! dims and device checked first, so a bad layout is a [`CudaError`] and nothing is written.
+//! a machine with no driver gets [`CudaError::Unavailable`], never a panic), no grouped GEMM
+//! before [`probe_grouped`] and no NVRTC call before [`probe_nvrtc`] passed; and every device
+//! pointer handed to cuBLAS or a kernel lies inside the buffer it came from, with its extent,
+//! leading dims or strides and device checked first by a pure function (tested without a
+//! GPU), so a bad layout is a [`CudaError`] and nothing is written.
 //!
-//! The crate is built with cudarc's `dynamic-loading` and `cuda-13000` features: it builds and
-//! links with no CUDA installed, and at run time looks for `libcuda.so`/`libcuda.so.1` and
-//! `libcublas.so`/`libcublas.so.13` (CUDA 13's sonames; `.12` is also among the names tried).
+//! The crate is built with cudarc's `driver`, `cublas`, `nvrtc`, `dynamic-loading` and
+//! `cuda-13000` features: it builds and links with no CUDA installed, and at run time looks for
+//! `libcuda.so`/`libcuda.so.1`, `libcublas.so`/`libcublas.so.13` and
+//! `libnvrtc.so`/`libnvrtc.so.13` (CUDA 13's sonames; `.12` is also among the names tried).
 //!
 //! Work is stream-ordered: every call enqueues on the device's one stream and returns; the host
 //! copies that read device data ([`CudaDevice::copy_to_host`], [`CudaDevice::download`]) wait
@@ -48,11 +61,17 @@
 //! # }
 //! ```
 
+mod batched;
+mod blas1;
 mod device;
 mod gemm;
+mod permute;
 
+pub use batched::{BatchBuffers, GemmEntry, GemmGroup};
+pub use blas1::{DeviceVec, DeviceVecMut, VecLayout};
 pub use device::{CudaDevice, CudaScalar, DeviceBuffer};
 pub use gemm::{DeviceMat, DeviceMatMut, MatLayout, Op, StridedBatch};
+pub use permute::{MAX_AXES, PERMUTE_SOURCE, StridedView};
 
 use crate::cpu::GemmShapeMismatch;
 use cudarc::cublas::result::CublasError;
@@ -72,7 +91,7 @@ pub enum CudaError {
         n = .searched.len(), names = short_list(.searched)
     )]
     Unavailable {
-        /// The library's base name (`cuda` for the driver, `cublas`).
+        /// The library's base name (`cuda` for the driver, `cublas`, `nvrtc`).
         library: &'static str,
         /// The file names tried, in order, without repeats.
         searched: Vec<String>,
@@ -169,6 +188,87 @@ pub enum CudaError {
         /// The elements one C matrix spans.
         extent: usize,
     },
+    /// An entry of a pointer-array batch group has other dims than the group's first.
+    #[error(
+        "expected every {operand} of group {group} to be {} x {} with leading dim {}, like its \
+         first, but entry {entry} is {} x {} with leading dim {}",
+        .expected[0], .expected[1], .expected[2], .given[0], .given[1], .given[2]
+    )]
+    UnequalBatch {
+        /// The group's index (0 for [`CudaDevice::gemm_batched`]).
+        group: usize,
+        /// The entry's index in its group.
+        entry: usize,
+        /// Which operand.
+        operand: &'static str,
+        /// The first entry's rows, columns and leading dim for that operand.
+        expected: [usize; 3],
+        /// This entry's.
+        given: [usize; 3],
+    },
+    /// Two C matrices of one batched call may share an element.
+    #[error(
+        "expected the C matrices of one batched call to share no element, but entry {} of \
+         group {} and entry {} of group {} may",
+        .first.1, .first.0, .second.1, .second.0
+    )]
+    OverlappingOutputs {
+        /// `(group, entry)` of one.
+        first: (usize, usize),
+        /// `(group, entry)` of the other.
+        second: (usize, usize),
+    },
+    /// A permuting copy with more axes than its kernel takes.
+    #[error("expected at most {max} axes for a permuting copy, but was given {given}")]
+    TooManyAxes {
+        /// The axes given.
+        given: usize,
+        /// The most the kernel takes.
+        max: usize,
+    },
+    /// A strided view with another number of strides than axes.
+    #[error("expected one stride per axis ({axes} axes), but was given {strides} strides")]
+    StrideCount {
+        /// The axes (dims) given.
+        axes: usize,
+        /// The strides given.
+        strides: usize,
+    },
+    /// A strided view whose negative strides reach before its buffer's first element.
+    #[error(
+        "expected {operand} to reach no element before the start of its buffer, but it \
+         reaches {below} before it"
+    )]
+    NegativeReach {
+        /// Which operand.
+        operand: &'static str,
+        /// How many elements before element 0 the lowest one reached lies.
+        below: usize,
+    },
+    /// NVRTC failed to compile a kernel of this backend.
+    #[error("expected NVRTC to compile the backend's kernels, but it failed: {message}")]
+    Nvrtc {
+        /// NVRTC's status and log.
+        message: String,
+    },
+    /// A vector's increment is zero (cuBLAS's level-1 calls here take positive ones).
+    #[error("expected a positive increment for {operand}, but was given 0")]
+    ZeroIncrement {
+        /// Which operand.
+        operand: &'static str,
+    },
+    /// A vector of a level-1 call has another length than the call needs.
+    #[error("expected {operand} of {operation} to hold {expected} elements, but it holds {given}")]
+    VectorLengths {
+        /// `axpy`, `dot`, ...
+        operation: &'static str,
+        /// Which operand.
+        operand: &'static str,
+        /// The length needed (x's, or 1 for a result slot).
+        expected: usize,
+        /// The length given.
+        given: usize,
+    },
     /// A size does not fit cuBLAS's 32-bit (or, for batch strides, 64-bit) integers.
     #[error("expected {what} to fit cuBLAS's {bits}-bit integers, but was given {value}")]
     TooLarge {
@@ -213,6 +313,10 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemsetD8Async",
     "cuMemcpyHtoDAsync_v2",
     "cuMemcpyDtoHAsync_v2",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuLaunchKernel",
 ];
 
 /// The cuBLAS symbols this module reaches.
@@ -224,6 +328,32 @@ const CUBLAS_SYMBOLS: &[&str] = &[
     "cublasDgemm_v2",
     "cublasSgemmStridedBatched",
     "cublasDgemmStridedBatched",
+    "cublasSetPointerMode_v2",
+    "cublasSaxpy_v2",
+    "cublasDaxpy_v2",
+    "cublasSscal_v2",
+    "cublasDscal_v2",
+    "cublasSnrm2_v2",
+    "cublasDnrm2_v2",
+    "cublasSdot_v2",
+    "cublasDdot_v2",
+    "cublasSgemmBatched",
+    "cublasDgemmBatched",
+];
+
+/// The cuBLAS symbols of grouped GEMM, new in cuBLAS 12.5: probed apart ([`probe_grouped`]) so
+/// that an older cuBLAS still runs everything else.
+const GROUPED_SYMBOLS: &[&str] = &["cublasSgemmGroupedBatched", "cublasDgemmGroupedBatched"];
+
+/// The NVRTC symbols cudarc calls to compile a kernel to PTX (and read its log on failure).
+const NVRTC_SYMBOLS: &[&str] = &[
+    "nvrtcCreateProgram",
+    "nvrtcCompileProgram",
+    "nvrtcDestroyProgram",
+    "nvrtcGetPTXSize",
+    "nvrtcGetPTX",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
 ];
 
 fn unavailable(library: &'static str, names: &[&str]) -> CudaError {
@@ -271,6 +401,10 @@ fn probe_driver_uncached() -> Result<(), CudaError> {
 }
 
 fn probe_cublas_uncached() -> Result<(), CudaError> {
+    probe_cublas_symbols(CUBLAS_SYMBOLS)
+}
+
+fn probe_cublas_symbols(symbols: &[&'static str]) -> Result<(), CudaError> {
     use cudarc::cublas::sys;
     // SAFETY: as for the driver: cuBLAS's initialisers need nothing from the caller.
     if !unsafe { sys::is_culib_present() } {
@@ -278,7 +412,7 @@ fn probe_cublas_uncached() -> Result<(), CudaError> {
     }
     // SAFETY: `is_culib_present` just loaded one of the names `culib` tries, so it finds one.
     let lib = unsafe { sys::culib() };
-    for &symbol in CUBLAS_SYMBOLS {
+    for &symbol in symbols {
         // SAFETY: a symbol-table lookup; the symbol is never called.
         if unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_err() {
             return Err(CudaError::MissingSymbol {
@@ -310,6 +444,53 @@ pub fn probe_driver() -> Result<(), CudaError> {
 pub fn probe_cublas() -> Result<(), CudaError> {
     static CUBLAS: OnceLock<Result<(), CudaError>> = OnceLock::new();
     CUBLAS.get_or_init(probe_cublas_uncached).clone()
+}
+
+/// Whether cuBLAS exports grouped GEMM (`cublas?gemmGroupedBatched`, cuBLAS 12.5 and later),
+/// after [`probe`] (checked once per process).
+///
+/// # Errors
+///
+/// As [`probe`]; [`CudaError::MissingSymbol`] for a cuBLAS older than 12.5.
+pub fn probe_grouped() -> Result<(), CudaError> {
+    static GROUPED: OnceLock<Result<(), CudaError>> = OnceLock::new();
+    probe()?;
+    GROUPED
+        .get_or_init(|| probe_cublas_symbols(GROUPED_SYMBOLS))
+        .clone()
+}
+
+fn probe_nvrtc_uncached() -> Result<(), CudaError> {
+    use cudarc::nvrtc::sys;
+    // SAFETY: as for the driver: NVRTC's initialisers need nothing from the caller.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(unavailable("nvrtc", &["nvrtc"]));
+    }
+    // SAFETY: `is_culib_present` just loaded one of the names `culib` tries, so it finds one.
+    let lib = unsafe { sys::culib() };
+    for &symbol in NVRTC_SYMBOLS {
+        // SAFETY: a symbol-table lookup; the symbol is never called.
+        if unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_err() {
+            return Err(CudaError::MissingSymbol {
+                library: "nvrtc",
+                symbol,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether NVRTC (the runtime compiler, needed only for the permute kernels) loads and exports
+/// every symbol this backend calls (checked once per process). It is probed apart from
+/// [`probe`]: the cuBLAS calls run without it.
+///
+/// # Errors
+///
+/// [`CudaError::Unavailable`] for `nvrtc` when no libnvrtc loads, [`CudaError::MissingSymbol`]
+/// for an old one.
+pub fn probe_nvrtc() -> Result<(), CudaError> {
+    static NVRTC: OnceLock<Result<(), CudaError>> = OnceLock::new();
+    NVRTC.get_or_init(probe_nvrtc_uncached).clone()
 }
 
 /// [`probe_driver`], then [`probe_cublas`]: whether this backend can make any call at all.
@@ -360,6 +541,36 @@ mod tests {
             }
             Err(e @ CudaError::MissingSymbol { .. }) => println!("old CUDA libraries: {e}"),
             Err(e) => panic!("the probe gave an error it never makes: {e}"),
+        }
+        // NVRTC is probed on its own: present, old, or a typed Unavailable naming its sonames.
+        match probe_nvrtc() {
+            Ok(()) => println!("NVRTC present"),
+            Err(CudaError::Unavailable { library, searched }) => {
+                assert_eq!(library, "nvrtc");
+                assert!(
+                    searched.iter().any(|name| name.contains("nvrtc")),
+                    "{searched:?}"
+                );
+            }
+            Err(e @ CudaError::MissingSymbol { .. }) => println!("old NVRTC: {e}"),
+            Err(e) => panic!("the NVRTC probe gave an error it never makes: {e}"),
+        }
+        // The grouped-GEMM probe fails whenever the main one does, with its error.
+        match (probe(), probe_grouped()) {
+            (Err(main), grouped) => assert_eq!(grouped, Err(main)),
+            (Ok(()), Ok(())) => println!("cuBLAS has grouped GEMM"),
+            (Ok(()), Err(e)) => {
+                assert!(
+                    matches!(
+                        e,
+                        CudaError::MissingSymbol {
+                            library: "cublas",
+                            ..
+                        }
+                    ),
+                    "{e}"
+                )
+            }
         }
     }
 }

@@ -1,0 +1,483 @@
+//! Permuting copies on the device: a strided N-d source (up to [`MAX_AXES`] axes, any signed
+//! strides, typically an axis permutation of a dense block) into a contiguous destination,
+//! column-major (first axis fastest, as core's strided views), with an optional sign flip.
+//!
+//! Owns: [`StridedView`], [`CudaDevice::permute_copy`], the kernel source [`PERMUTE_SOURCE`] and
+//! its compilation with NVRTC. The source is compiled once per process to PTX (NVRTC's default
+//! virtual architecture, so the driver JIT-compiles it for whatever device loads it) and loaded
+//! once per [`CudaDevice`] on first use.
+//!
+//! Invariant: the kernel is launched only after [`check`] (a pure function) saw both buffers on
+//! the calling device, at most [`MAX_AXES`] axes with one stride each, every element the source
+//! reaches inside its buffer (its lowest and highest reach, whatever the strides' signs), the
+//! destination's `n = prod(dims)` elements inside its buffer, and every offset within the
+//! kernel's 64-bit integers; otherwise the call returns a [`CudaError`] and nothing is
+//! enqueued or written. NVRTC is loaded only after [`super::probe_nvrtc`] saw it export every
+//! symbol cudarc calls, so a machine without libnvrtc gets [`CudaError::Unavailable`].
+//!
+//! The kernel is correctness-first: one thread per destination element (grid-stride), writes
+//! coalesced, reads gathered, one division per axis; tiled transposes are left for later.
+
+use super::device::{CudaDevice, CudaScalar, DeviceBuffer};
+use super::{CudaError, driver};
+use cudarc::driver::{
+    CudaFunction, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+use std::sync::{Arc, OnceLock};
+
+/// The most axes a permuting copy takes.
+pub const MAX_AXES: usize = 8;
+
+/// The CUDA C++ source of the permuting copies, one `extern "C"` kernel per element type
+/// (`tessera_permute_f32`, `tessera_permute_f64`). Its parameter struct `TesseraPermute` is
+/// mirrored field for field by a `repr(C)` struct on the Rust side.
+pub const PERMUTE_SOURCE: &str = r#"
+struct TesseraPermute {
+    long long dims[8];
+    long long strides[8];
+    long long offset;
+    int rank;
+    int pad;
+};
+
+template <typename T>
+__device__ void tessera_permute(const T* __restrict__ src, T* __restrict__ dst,
+                                const TesseraPermute p, const long long n, const int negate) {
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        long long rem = i;
+        long long at = p.offset;
+        for (int d = 0; d < p.rank; ++d) {
+            const long long q = rem / p.dims[d];
+            at += (rem - q * p.dims[d]) * p.strides[d];
+            rem = q;
+        }
+        const T v = src[at];
+        dst[i] = negate ? -v : v;
+    }
+}
+
+extern "C" __global__ void tessera_permute_f32(const float* src, float* dst,
+                                               const TesseraPermute p, const long long n,
+                                               const int negate) {
+    tessera_permute<float>(src, dst, p, n, negate);
+}
+
+extern "C" __global__ void tessera_permute_f64(const double* src, double* dst,
+                                               const TesseraPermute p, const long long n,
+                                               const int negate) {
+    tessera_permute<double>(src, dst, p, n, negate);
+}
+"#;
+
+/// The kernel's parameter struct (`TesseraPermute` in [`PERMUTE_SOURCE`]): axes past `rank`
+/// are unused (dims 1, strides 0).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PermuteParams {
+    pub(crate) dims: [i64; MAX_AXES],
+    pub(crate) strides: [i64; MAX_AXES],
+    pub(crate) offset: i64,
+    pub(crate) rank: i32,
+    pub(crate) pad: i32,
+}
+
+// SAFETY: `PermuteParams` is `repr(C)` of plain integers with no padding (8 + 8 + 1 eight-byte
+// fields, then two four-byte ones), laid out exactly as `TesseraPermute` in the kernel source,
+// so passing its bytes as the kernel parameter is what the kernel reads.
+unsafe impl DeviceRepr for PermuteParams {}
+
+/// A strided N-d source in a device buffer: element `(i_0, ..., i_{r-1})` lies at
+/// `offset + sum_d i_d * strides[d]`.
+#[derive(Debug, Clone, Copy)]
+pub struct StridedView<'a, T> {
+    /// The buffer.
+    pub buf: &'a DeviceBuffer<T>,
+    /// The element of index `(0, ..., 0)`.
+    pub offset: usize,
+    /// The extent of each axis (at most [`MAX_AXES`]).
+    pub dims: &'a [usize],
+    /// The step of each axis, in elements; any sign.
+    pub strides: &'a [isize],
+}
+
+/// A permuting copy as [`check`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PermuteArgs<'a> {
+    pub(crate) src_ordinal: usize,
+    pub(crate) src_len: usize,
+    pub(crate) src_offset: usize,
+    pub(crate) dims: &'a [usize],
+    pub(crate) strides: &'a [isize],
+    pub(crate) dst_ordinal: usize,
+    pub(crate) dst_len: usize,
+    pub(crate) dst_offset: usize,
+}
+
+fn long(what: &'static str, value: usize) -> Result<i64, CudaError> {
+    i64::try_from(value).map_err(|_| CudaError::TooLarge {
+        what,
+        value,
+        bits: 64,
+    })
+}
+
+/// Checks a permuting copy run on device `device`, and returns the kernel's parameters and
+/// element count (0: nothing to do). Needs no device.
+pub(crate) fn check(device: usize, a: PermuteArgs<'_>) -> Result<(PermuteParams, i64), CudaError> {
+    for (operand, ordinal) in [
+        ("the source", a.src_ordinal),
+        ("the destination", a.dst_ordinal),
+    ] {
+        if ordinal != device {
+            return Err(CudaError::WrongDevice {
+                operand,
+                expected: device,
+                given: ordinal,
+            });
+        }
+    }
+    if a.dims.len() > MAX_AXES {
+        return Err(CudaError::TooManyAxes {
+            given: a.dims.len(),
+            max: MAX_AXES,
+        });
+    }
+    if a.strides.len() != a.dims.len() {
+        return Err(CudaError::StrideCount {
+            axes: a.dims.len(),
+            strides: a.strides.len(),
+        });
+    }
+    // The element count, and the source's lowest and highest reach from its offset, in i128:
+    // at most 8 products of a usize and an isize, so nothing overflows.
+    let mut n: u128 = 1;
+    let (mut low, mut high) = (0_i128, 0_i128);
+    for (&dim, &stride) in a.dims.iter().zip(a.strides) {
+        n *= dim as u128;
+        if dim > 0 {
+            let last = (dim as i128 - 1) * stride as i128;
+            low += last.min(0);
+            high += last.max(0);
+        }
+    }
+    let mut params = PermuteParams {
+        dims: [1; MAX_AXES],
+        strides: [0; MAX_AXES],
+        offset: long("the source's offset", a.src_offset)?,
+        rank: a.dims.len() as i32,
+        pad: 0,
+    };
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    let needed = a.dst_offset.checked_add(n);
+    if needed.is_none_or(|needed| needed > a.dst_len) {
+        return Err(CudaError::OutOfBounds {
+            operand: "the destination",
+            needed: needed.unwrap_or(usize::MAX),
+            len: a.dst_len,
+        });
+    }
+    if n == 0 {
+        return Ok((params, 0));
+    }
+    let start = a.src_offset as i128;
+    if start + low < 0 {
+        return Err(CudaError::NegativeReach {
+            operand: "the source",
+            below: usize::try_from(-(start + low)).unwrap_or(usize::MAX),
+        });
+    }
+    let end = start + high + 1;
+    if end > a.src_len as i128 {
+        return Err(CudaError::OutOfBounds {
+            operand: "the source",
+            needed: usize::try_from(end).unwrap_or(usize::MAX),
+            len: a.src_len,
+        });
+    }
+    for (d, (&dim, &stride)) in a.dims.iter().zip(a.strides).enumerate() {
+        params.dims[d] = long("an axis' extent", dim)?;
+        // In bounds above, so |stride| * (dim - 1) < src_len: it fits, unless dim is 1.
+        params.strides[d] = if dim > 1 { stride as i64 } else { 0 };
+    }
+    Ok((params, long("the element count", n)?))
+}
+
+/// The two kernels of one device's module, indexed by [`CudaScalar`]'s `KERNEL`.
+#[derive(Debug)]
+pub(crate) struct PermuteKernels {
+    functions: [CudaFunction; 2],
+}
+
+/// The kernel source compiled to PTX, once per process.
+fn ptx() -> Result<Ptx, CudaError> {
+    static PTX: OnceLock<Result<Ptx, CudaError>> = OnceLock::new();
+    PTX.get_or_init(|| {
+        super::probe_nvrtc()?;
+        let opts = cudarc::nvrtc::CompileOptions {
+            name: Some("tessera_permute.cu".into()),
+            ..Default::default()
+        };
+        cudarc::nvrtc::compile_ptx_with_opts(PERMUTE_SOURCE, opts).map_err(|e| CudaError::Nvrtc {
+            message: match e {
+                cudarc::nvrtc::CompileError::CompileError { nvrtc, log, .. } => {
+                    format!("{nvrtc}: {}", log.to_string_lossy())
+                }
+                other => other.to_string(),
+            },
+        })
+    })
+    .clone()
+}
+
+impl CudaDevice {
+    /// This device's permute kernels, compiled and loaded on first use (a failure, such as a
+    /// missing NVRTC, is remembered and returned again).
+    fn permute_kernels(&self) -> Result<Arc<PermuteKernels>, CudaError> {
+        self.permute_kernels
+            .get_or_init(|| {
+                let ptx = ptx()?;
+                let module = self
+                    .context()
+                    .load_module(ptx)
+                    .map_err(driver("load the permute kernels' module"))?;
+                let load = |name| {
+                    module
+                        .load_function(name)
+                        .map_err(driver("find a permute kernel in its module"))
+                };
+                Ok(Arc::new(PermuteKernels {
+                    functions: [load("tessera_permute_f32")?, load("tessera_permute_f64")?],
+                }))
+            })
+            .clone()
+    }
+
+    /// `dst[dst_offset + k] <- ±src(i_0, ..., i_{r-1})` for every index of `src.dims`, with `k`
+    /// the column-major position of the index (first axis fastest) and `-` when `negate`;
+    /// enqueued on this device's stream (it returns before the copy is done). The first call on
+    /// a device compiles (once per process) and loads the kernels.
+    ///
+    /// # Errors
+    ///
+    /// [`CudaError::WrongDevice`], [`CudaError::TooManyAxes`], [`CudaError::StrideCount`],
+    /// [`CudaError::OutOfBounds`], [`CudaError::NegativeReach`], [`CudaError::TooLarge`]:
+    /// nothing is enqueued and the destination is untouched. [`CudaError::Unavailable`] /
+    /// [`CudaError::MissingSymbol`] for `nvrtc` when NVRTC is missing or old,
+    /// [`CudaError::Nvrtc`] if it fails to compile the kernels, the driver's error if loading
+    /// or launching them fails.
+    pub fn permute_copy<T: CudaScalar>(
+        &self,
+        negate: bool,
+        src: StridedView<'_, T>,
+        dst: &mut DeviceBuffer<T>,
+        dst_offset: usize,
+    ) -> Result<(), CudaError> {
+        let (params, n) = check(
+            self.ordinal(),
+            PermuteArgs {
+                src_ordinal: src.buf.ordinal(),
+                src_len: src.buf.len(),
+                src_offset: src.offset,
+                dims: src.dims,
+                strides: src.strides,
+                dst_ordinal: dst.ordinal(),
+                dst_len: dst.len(),
+                dst_offset,
+            },
+        )?;
+        if n == 0 {
+            return Ok(());
+        }
+        let kernels = self.permute_kernels()?;
+        let function = &kernels.functions[T::KERNEL];
+        self.bind()?;
+        let stream = self.stream();
+        let (src_base, _src_read) = src.buf.as_cuda_slice().device_ptr(stream);
+        let (dst_base, _dst_write) = dst.as_cuda_slice_mut().device_ptr_mut(stream);
+        let dst_ptr = super::blas1::element::<T>(dst_base, dst_offset);
+        let negate = i32::from(negate);
+        const THREADS: u64 = 256;
+        // At most 2^16 blocks; the kernel strides over the rest.
+        let blocks = (n as u64).div_ceil(THREADS).min(1 << 16) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(function);
+        launch
+            .arg(&src_base)
+            .arg(&dst_ptr)
+            .arg(&params)
+            .arg(&n)
+            .arg(&negate);
+        // SAFETY: the arguments match the kernel's signature in order and type (two device
+        // pointers as 64-bit values, the `repr(C)` mirror of its struct, a 64-bit count, an
+        // int). `check` put every element the source reaches (its offset plus the lowest and
+        // highest reach of the strides) inside the source buffer and the `n` destination
+        // elements inside the destination buffer, both on this device, whose context is
+        // current; the destination is borrowed mutably, so it is not the source. The kernel's
+        // module lives in `kernels` (an `Arc` this device holds), and the guards record both
+        // buffers' use on the stream after the launch is enqueued.
+        unsafe { launch.launch(cfg) }
+            .map(|_| ())
+            .map_err(driver("launch a permute kernel"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args<'a>(dims: &'a [usize], strides: &'a [isize]) -> PermuteArgs<'a> {
+        PermuteArgs {
+            src_ordinal: 0,
+            src_len: 60,
+            src_offset: 0,
+            dims,
+            strides,
+            dst_ordinal: 0,
+            dst_len: 60,
+            dst_offset: 0,
+        }
+    }
+
+    /// Runs everywhere: the parameters a permuting copy hands the kernel, and its refusals.
+    #[test]
+    fn permute_copies_are_checked_before_any_launch() {
+        // A 3 x 4 x 5 column-major tensor read as its (2, 0, 1) permutation: dims 5 x 3 x 4.
+        let (dims, strides) = ([5, 3, 4], [12, 1, 3]);
+        let (p, n) = check(0, args(&dims, &strides)).unwrap();
+        assert_eq!(n, 60);
+        assert_eq!((p.rank, p.offset), (3, 0));
+        assert_eq!(p.dims, [5, 3, 4, 1, 1, 1, 1, 1]);
+        assert_eq!(p.strides, [12, 1, 3, 0, 0, 0, 0, 0]);
+        // One element short of the source, and of the destination.
+        assert_eq!(
+            check(
+                0,
+                PermuteArgs {
+                    src_len: 59,
+                    ..args(&dims, &strides)
+                }
+            )
+            .unwrap_err(),
+            CudaError::OutOfBounds {
+                operand: "the source",
+                needed: 60,
+                len: 59
+            }
+        );
+        assert_eq!(
+            check(
+                0,
+                PermuteArgs {
+                    dst_offset: 1,
+                    ..args(&dims, &strides)
+                }
+            )
+            .unwrap_err(),
+            CudaError::OutOfBounds {
+                operand: "the destination",
+                needed: 61,
+                len: 60
+            }
+        );
+        // Negative strides: a reversed axis must start far enough in.
+        let (dims, back) = ([4, 2], [-1_isize, 4]);
+        let err = check(
+            0,
+            PermuteArgs {
+                src_offset: 2,
+                ..args(&dims, &back)
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            CudaError::NegativeReach {
+                operand: "the source",
+                below: 1
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "expected the source to reach no element before the start of its buffer, but it \
+             reaches 1 before it"
+        );
+        let (p, n) = check(
+            0,
+            PermuteArgs {
+                src_offset: 3,
+                ..args(&dims, &back)
+            },
+        )
+        .unwrap();
+        assert_eq!((n, p.offset, &p.strides[..2]), (8, 3, &[-1, 4][..]));
+        // Axis and stride counts, devices.
+        let nine = [1_usize; 9];
+        assert_eq!(
+            check(0, args(&nine, &[0; 9])).unwrap_err(),
+            CudaError::TooManyAxes { given: 9, max: 8 }
+        );
+        assert_eq!(
+            check(0, args(&[2, 2], &[1])).unwrap_err(),
+            CudaError::StrideCount {
+                axes: 2,
+                strides: 1
+            }
+        );
+        assert_eq!(
+            check(
+                1,
+                PermuteArgs {
+                    src_ordinal: 1,
+                    ..args(&[2], &[1])
+                }
+            )
+            .unwrap_err(),
+            CudaError::WrongDevice {
+                operand: "the destination",
+                expected: 1,
+                given: 0
+            }
+        );
+        // An empty axis: nothing to do, wherever the strides point; a scalar: one element.
+        let (_, n) = check(
+            0,
+            PermuteArgs {
+                src_len: 0,
+                ..args(&[3, 0], &[-100, 7])
+            },
+        )
+        .unwrap();
+        assert_eq!(n, 0);
+        let (p, n) = check(
+            0,
+            PermuteArgs {
+                src_offset: 59,
+                ..args(&[], &[])
+            },
+        )
+        .unwrap();
+        assert_eq!((n, p.rank, p.offset), (1, 0, 59));
+        // Extent-1 axes take no stride (whatever was given cannot be reached).
+        let (p, _) = check(0, args(&[1, 2], &[isize::MAX, 1])).unwrap();
+        assert_eq!(&p.strides[..2], &[0, 1]);
+    }
+
+    #[test]
+    fn the_parameter_struct_has_the_kernels_layout() {
+        assert_eq!(std::mem::size_of::<PermuteParams>(), 8 * 17 + 8);
+        assert_eq!(std::mem::align_of::<PermuteParams>(), 8);
+        assert_eq!(std::mem::offset_of!(PermuteParams, offset), 128);
+        assert_eq!(std::mem::offset_of!(PermuteParams, rank), 136);
+        assert!(PERMUTE_SOURCE.contains("long long dims[8];"));
+        assert!(
+            PERMUTE_SOURCE.contains("tessera_permute_f32")
+                && PERMUTE_SOURCE.contains("tessera_permute_f64")
+        );
+    }
+}
