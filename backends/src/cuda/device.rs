@@ -397,6 +397,27 @@ pub struct CudaDevice {
     ctx: Arc<CudaContext>,
 }
 
+/// Refuses an allocation of `len` elements whose size in bytes does not fit an `isize`.
+pub(super) fn check_alloc_bytes<T>(len: usize) -> Result<(), CudaError> {
+    match len.checked_mul(size_of::<T>()) {
+        Some(bytes) if isize::try_from(bytes).is_ok() => Ok(()),
+        _ => Err(CudaError::TooLarge {
+            what: "the allocation's size in elements (times the element size, in bytes)",
+            value: len,
+            bits: 63,
+        }),
+    }
+}
+
+impl Drop for CudaDevice {
+    /// Waits for the stream before the fields drop: a kernel still queued must not lose its
+    /// module (`cuModuleUnload` is not documented to wait for launches in flight). An error
+    /// here has nowhere to go; cudarc records it on the context.
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+    }
+}
+
 fn no_device_is_zero(result: Result<i32, cudarc::driver::DriverError>) -> Result<usize, CudaError> {
     match result {
         Ok(count) => Ok(usize::try_from(count).unwrap_or(0)),
@@ -514,6 +535,9 @@ impl CudaDevice {
     ///
     /// The driver's error (out of device memory, say).
     pub fn alloc_zeros<T: CudaScalar>(&self, len: usize) -> Result<DeviceBuffer<T>, CudaError> {
+        // cudarc multiplies without a check: a wrapped byte count would give a buffer far
+        // smaller than the length every bounds check here trusts.
+        check_alloc_bytes::<T>(len)?;
         self.bind()?;
         let slice = if len == 0 {
             self.stream.null()

@@ -459,7 +459,7 @@ mod tests {
         assert_eq!(l.op_dims(Op::Transpose), (5, 4));
         assert_eq!(
             int("m", 1 << 31).unwrap_err().to_string(),
-            "expected m to fit cuBLAS's 32-bit integers, but was given 2147483648"
+            "expected m to fit CUDA's 32-bit integers, but was given 2147483648"
         );
     }
 

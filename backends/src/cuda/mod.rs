@@ -269,14 +269,15 @@ pub enum CudaError {
         /// The length given.
         given: usize,
     },
-    /// A size does not fit cuBLAS's 32-bit (or, for batch strides, 64-bit) integers.
-    #[error("expected {what} to fit cuBLAS's {bits}-bit integers, but was given {value}")]
+    /// A size does not fit the integers CUDA takes: cuBLAS's 32-bit sizes (64-bit batch
+    /// strides), a kernel's 64-bit ones, or an allocation's byte count (63 bits).
+    #[error("expected {what} to fit CUDA's {bits}-bit integers, but was given {value}")]
     TooLarge {
         /// Which size.
         what: &'static str,
         /// The size.
         value: usize,
-        /// The integer width cuBLAS takes.
+        /// The integer width (in bits) it must fit.
         bits: u32,
     },
     /// The dims of a GEMM's operands do not fit together.
@@ -517,6 +518,25 @@ fn cublas(during: &'static str) -> impl FnOnce(CublasError) -> CudaError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs everywhere: an allocation whose byte count would wrap (cudarc does not check) is
+    /// refused before any call; the largest that fits is let through to the driver.
+    #[test]
+    fn allocations_whose_bytes_wrap_are_refused() {
+        let wraps = (1_usize << 61) + 1;
+        assert_eq!(
+            device::check_alloc_bytes::<f64>(wraps),
+            Err(CudaError::TooLarge {
+                what: "the allocation's size in elements (times the element size, in bytes)",
+                value: wraps,
+                bits: 63
+            })
+        );
+        assert!(device::check_alloc_bytes::<f64>(1 << 60).is_err());
+        assert!(device::check_alloc_bytes::<f64>((1 << 60) - 1).is_ok());
+        assert!(device::check_alloc_bytes::<f32>((1 << 61) - 1).is_ok());
+        assert!(device::check_alloc_bytes::<f32>(1 << 61).is_err());
+    }
 
     /// The handles can be shared with and moved to the runtime's workers.
     #[test]

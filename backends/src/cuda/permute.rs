@@ -40,6 +40,8 @@ struct TesseraPermute {
     int rank;
     int pad;
 };
+static_assert(sizeof(TesseraPermute) == 144, "the host's PermuteParams is 144 bytes");
+static_assert(__builtin_offsetof(TesseraPermute, rank) == 136, "rank sits at byte 136");
 
 template <typename T>
 __device__ void tessera_permute(const T* __restrict__ src, T* __restrict__ dst,
@@ -150,16 +152,32 @@ pub(crate) fn check(device: usize, a: PermuteArgs<'_>) -> Result<(PermuteParams,
             strides: a.strides.len(),
         });
     }
-    // The element count, and the source's lowest and highest reach from its offset, in i128:
-    // at most 8 products of a usize and an isize, so nothing overflows.
-    let mut n: u128 = 1;
+    // Every extent fits the kernel's 64-bit integers; then the element count (checked: eight
+    // extents below 2^63 can still overflow) and the source's lowest and highest reach from
+    // its offset, in i128 (each term is below 2^126 in size, and a sum of eight of them
+    // stays below 2^129: checked as well).
+    for &dim in a.dims {
+        long("an axis' extent", dim)?;
+    }
+    let too_large = |what| CudaError::TooLarge {
+        what,
+        value: usize::MAX,
+        bits: 64,
+    };
+    let mut n: usize = 1;
     let (mut low, mut high) = (0_i128, 0_i128);
     for (&dim, &stride) in a.dims.iter().zip(a.strides) {
-        n *= dim as u128;
+        n = n
+            .checked_mul(dim)
+            .ok_or_else(|| too_large("the element count"))?;
         if dim > 0 {
             let last = (dim as i128 - 1) * stride as i128;
-            low += last.min(0);
-            high += last.max(0);
+            low = low
+                .checked_add(last.min(0))
+                .ok_or_else(|| too_large("the source's reach"))?;
+            high = high
+                .checked_add(last.max(0))
+                .ok_or_else(|| too_large("the source's reach"))?;
         }
     }
     let mut params = PermuteParams {
@@ -169,7 +187,6 @@ pub(crate) fn check(device: usize, a: PermuteArgs<'_>) -> Result<(PermuteParams,
         rank: a.dims.len() as i32,
         pad: 0,
     };
-    let n = usize::try_from(n).unwrap_or(usize::MAX);
     let needed = a.dst_offset.checked_add(n);
     if needed.is_none_or(|needed| needed > a.dst_len) {
         return Err(CudaError::OutOfBounds {
@@ -466,6 +483,36 @@ mod tests {
         // Extent-1 axes take no stride (whatever was given cannot be reached).
         let (p, _) = check(0, args(&[1, 2], &[isize::MAX, 1])).unwrap();
         assert_eq!(&p.strides[..2], &[0, 1]);
+        // Sizes past the kernel's integers are refused, not wrapped: an extent past i64, an
+        // element count whose product wraps to 1 modulo 2^128 (each extent below 2^63), and
+        // eight extents of i64::MAX with the largest strides.
+        assert_eq!(
+            check(0, args(&[1 << 63], &[0])).unwrap_err(),
+            CudaError::TooLarge {
+                what: "an axis' extent",
+                value: 1 << 63,
+                bits: 64
+            }
+        );
+        let wraps = [
+            (1_usize << 32) + 1,
+            (1 << 32) - 1,
+            274_177,
+            67_280_421_310_721,
+        ];
+        let dims: Vec<usize> = wraps.iter().chain(&wraps).copied().collect();
+        assert!(matches!(
+            check(0, args(&dims, &[0; 8])).unwrap_err(),
+            CudaError::TooLarge {
+                what: "the element count",
+                ..
+            }
+        ));
+        let (huge, far) = ([i64::MAX as usize; 8], [isize::MAX; 8]);
+        assert!(matches!(
+            check(0, args(&huge, &far)).unwrap_err(),
+            CudaError::TooLarge { .. }
+        ));
     }
 
     #[test]
