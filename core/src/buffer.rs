@@ -589,14 +589,15 @@ mod simd {
     /// fast as bands of rows for cached stores: measured on Zen 4). The source lines of the
     /// next column band are prefetched row by row, since a strided start gives the hardware
     /// prefetcher no hint. `elem` is the element size in bytes; a row of a square spans
-    /// `MICRO * elem` bytes.
+    /// `MICRO * elem` bytes. `streaming`: the squares store with non-temporal stores, which
+    /// are fenced here after the last one.
     #[inline(always)]
     pub(super) fn for_each_square(
         src: *const u8,
         ld_src: isize,
         elem: usize,
-        rows: usize,
-        cols: usize,
+        (rows, cols): (usize, usize),
+        streaming: bool,
         mut square: impl FnMut(usize, usize),
     ) {
         for j in (0..cols).step_by(MICRO) {
@@ -611,6 +612,12 @@ mod simd {
                 }
                 square(k, j);
             }
+        }
+        if streaming {
+            // Streaming stores are weakly ordered: fence them before whatever publishes the
+            // result to another thread (a release store does not order them).
+            // SAFETY: `sfence` only orders stores; SSE is part of the x86-64 baseline.
+            unsafe { _mm_sfence() };
         }
     }
 
@@ -646,7 +653,7 @@ mod simd {
         let nt = streams(stream, dst, ld_dst, 8);
         let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
         let flip = _mm256_castsi256_pd(_mm256_set1_epi64x(mask as u64 as i64));
-        for_each_square(src.cast(), ld_src, 8, rows, cols, |k, j| {
+        for_each_square(src.cast(), ld_src, 8, (rows, cols), nt, |k, j| {
             // SAFETY: rows k..k + 8 <= rows and columns j..j + 8 <= cols: inside the regions
             // the caller vouches for. Unaligned loads and stores; the streaming stores only
             // where `streams` saw every column start on a line (k is a multiple of 8, so
@@ -695,11 +702,6 @@ mod simd {
                 }
             }
         });
-        if nt {
-            // Streaming stores are weakly ordered: fence them before whatever publishes
-            // the result to another thread (a release store does not order them).
-            _mm_sfence();
-        }
     }
 
     /// 8-byte elements with AVX-512: each row of a square is one 8-lane vector (one whole
@@ -734,7 +736,7 @@ mod simd {
         let quad_hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
         let half_lo = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
         let half_hi = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
-        for_each_square(src.cast(), ld_src, 8, rows, cols, |k, j| {
+        for_each_square(src.cast(), ld_src, 8, (rows, cols), nt, |k, j| {
             // SAFETY: rows k..k + 8 <= rows and columns j..j + 8 <= cols: inside the regions
             // the caller vouches for. Unaligned loads and stores; the streaming stores only
             // where `streams` saw every column start on a line (k is a multiple of 8, so
@@ -779,10 +781,6 @@ mod simd {
                 }
             }
         });
-        if nt {
-            // As in `transpose_b8`: fence the weakly ordered stores.
-            _mm_sfence();
-        }
     }
 
     /// 16-byte elements: each row of a square is four 2-lane vectors; 2 x 2 transposes of
@@ -809,7 +807,7 @@ mod simd {
         let (dst, src) = (dst.cast::<f64>(), src.cast::<f64>());
         let (lo, hi) = (mask as u64 as i64, (mask >> 64) as u64 as i64);
         let flip = _mm256_castsi256_pd(_mm256_set_epi64x(hi, lo, hi, lo));
-        for_each_square(src.cast(), ld_src, 16, rows, cols, |k, j| {
+        for_each_square(src.cast(), ld_src, 16, (rows, cols), nt, |k, j| {
             // SAFETY: as in `transpose_b8`: the square lies inside the caller's regions; the
             // streaming stores only where every column starts on a line, and each store is
             // 32 bytes at a multiple of 32 bytes from its column's start.
@@ -839,10 +837,6 @@ mod simd {
                 }
             }
         });
-        if nt {
-            // As in `transpose_b8`: fence the weakly ordered stores.
-            _mm_sfence();
-        }
     }
 
     /// 4-byte elements: each row of a square is one 8-lane vector; an 8 x 8 transpose in
@@ -866,7 +860,7 @@ mod simd {
     ) {
         let (dst, src) = (dst.cast::<f32>(), src.cast::<f32>());
         let flip = _mm256_castsi256_ps(_mm256_set1_epi32(mask as u32 as i32));
-        for_each_square(src.cast(), ld_src, 4, rows, cols, |k, j| {
+        for_each_square(src.cast(), ld_src, 4, (rows, cols), false, |k, j| {
             // SAFETY: as in `transpose_b8`: the square lies inside the caller's regions.
             unsafe {
                 let s = src.offset(k as isize * ld_src + j as isize);
