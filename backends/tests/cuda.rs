@@ -1069,40 +1069,45 @@ fn check_permute<T: Real>(dev: &CudaDevice, seed: u64) {
         let dsrc = dev.upload(&src).unwrap();
         for negate in [false, true] {
             let want = permute_reference(&src, offset, &vdims, &vstrides, negate);
-            // The destination from element 2 of a buffer with 2 guard elements each side.
-            let guard = T::of(123.0);
-            let mut ddst = dev.upload(&vec![guard; n + 4]).unwrap();
-            dev.permute_copy(
-                negate,
-                StridedView {
-                    buf: &dsrc,
-                    offset,
-                    dims: &vdims,
-                    strides: &vstrides,
-                },
-                &mut ddst,
-                2,
-            )
-            .unwrap();
-            let got = dev.download(&ddst).unwrap();
-            assert_eq!(
-                &got[..2],
-                &[guard; 2],
-                "{} case {case}: guard written",
-                T::NAME
-            );
-            assert_eq!(
-                &got[n + 2..],
-                &[guard; 2],
-                "{} case {case}: guard written",
-                T::NAME
-            );
-            // A copy and a sign flip are exact.
-            assert!(
-                got[2..n + 2] == want[..],
-                "{} permute case {case} {vdims:?} {vstrides:?} negate {negate}: differs",
-                T::NAME
-            );
+            // Into a contiguous run, and into a block of a larger matrix (rows: the first
+            // axis, columns 3 apart beyond them), from element 2 of a buffer of guards.
+            let rows = vdims.first().copied().unwrap_or(1).max(1);
+            let cols = n / rows;
+            for ld in [rows, rows + 3] {
+                let layout = MatLayout {
+                    offset: 2,
+                    rows,
+                    cols,
+                    ld,
+                };
+                let len = 2 + layout.extent().unwrap() + 2;
+                let guard = T::of(123.0);
+                let mut ddst = dev.upload(&vec![guard; len]).unwrap();
+                dev.permute_copy(
+                    negate,
+                    StridedView {
+                        buf: &dsrc,
+                        offset,
+                        dims: &vdims,
+                        strides: &vstrides,
+                    },
+                    &mut ddst,
+                    layout,
+                )
+                .unwrap();
+                let got = dev.download(&ddst).unwrap();
+                let mut expected = vec![guard; len];
+                for (k, &w) in want.iter().enumerate() {
+                    expected[2 + k % rows + (k / rows) * ld] = w;
+                }
+                // A copy and a sign flip are exact; guards and gaps untouched.
+                assert!(
+                    got == expected,
+                    "{} permute case {case} {vdims:?} {vstrides:?} negate {negate} ld {ld}: \
+                     differs",
+                    T::NAME
+                );
+            }
         }
     }
 }
@@ -1224,8 +1229,17 @@ fn permute_copy_refuses_bad_views_and_writes_nothing() {
         dims,
         strides,
     };
+    let run = |offset, len| MatLayout {
+        offset,
+        ..MatLayout::contiguous(len, 1)
+    };
     let err = dev
-        .permute_copy(false, view(1, &[2, 3, 4], &[12, 1, 3]), &mut dst, 0)
+        .permute_copy(
+            false,
+            view(1, &[2, 3, 4], &[12, 1, 3]),
+            &mut dst,
+            run(0, 24),
+        )
         .unwrap_err();
     assert!(
         matches!(
@@ -1238,7 +1252,12 @@ fn permute_copy_refuses_bad_views_and_writes_nothing() {
         "{err}"
     );
     let err = dev
-        .permute_copy(false, view(0, &[2, 3, 4], &[12, 1, 3]), &mut dst, 1)
+        .permute_copy(
+            false,
+            view(0, &[2, 3, 4], &[12, 1, 3]),
+            &mut dst,
+            run(1, 24),
+        )
         .unwrap_err();
     assert!(
         matches!(
@@ -1251,21 +1270,21 @@ fn permute_copy_refuses_bad_views_and_writes_nothing() {
         "{err}"
     );
     let err = dev
-        .permute_copy(true, view(0, &[4, 2], &[-1, 4]), &mut dst, 0)
+        .permute_copy(true, view(0, &[4, 2], &[-1, 4]), &mut dst, run(0, 8))
         .unwrap_err();
     assert!(
         matches!(err, CudaError::NegativeReach { below: 3, .. }),
         "{err}"
     );
     let err = dev
-        .permute_copy(true, view(0, &[1; 9], &[0; 9]), &mut dst, 0)
+        .permute_copy(true, view(0, &[1; 9], &[0; 9]), &mut dst, run(0, 1))
         .unwrap_err();
     assert_eq!(err, CudaError::TooManyAxes { given: 9, max: 8 });
     assert_eq!(dev.download(&dst).unwrap(), vec![5.0; 24]);
     // Empty: nothing to do; then a good copy still runs after the refusals.
-    dev.permute_copy(false, view(0, &[0, 4], &[1, 1]), &mut dst, 24)
+    dev.permute_copy(false, view(0, &[0, 4], &[1, 1]), &mut dst, run(24, 0))
         .unwrap();
-    dev.permute_copy(true, view(0, &[2, 3, 4], &[12, 1, 3]), &mut dst, 0)
+    dev.permute_copy(true, view(0, &[2, 3, 4], &[12, 1, 3]), &mut dst, run(0, 24))
         .unwrap();
     assert_eq!(dev.download(&dst).unwrap(), vec![-1.0; 24]);
 }

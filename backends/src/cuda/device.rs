@@ -397,6 +397,23 @@ pub struct CudaDevice {
     ctx: Arc<CudaContext>,
 }
 
+/// The range `offset..offset + len` of a buffer of `buf_len` elements, when it lies inside.
+pub(super) fn check_range(
+    operand: &'static str,
+    offset: usize,
+    len: usize,
+    buf_len: usize,
+) -> Result<std::ops::Range<usize>, CudaError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= buf_len => Ok(offset..end),
+        end => Err(CudaError::OutOfBounds {
+            operand,
+            needed: end.unwrap_or(usize::MAX),
+            len: buf_len,
+        }),
+    }
+}
+
 /// Refuses an allocation of `len` elements whose size in bytes does not fit an `isize`.
 pub(super) fn check_alloc_bytes<T>(len: usize) -> Result<(), CudaError> {
     match len.checked_mul(size_of::<T>()) {
@@ -621,6 +638,143 @@ impl CudaDevice {
             .memcpy_dtoh(&src.slice, dst)
             .map_err(driver("copy device memory to the host"))?;
         self.synchronize()
+    }
+
+    /// Copies `host` into `dst[offset..offset + host.len()]`; the host slice may be reused
+    /// once this returns (the copy is staged).
+    ///
+    /// # Errors
+    ///
+    /// [`CudaError::OutOfBounds`] (nothing copied) when the range passes the buffer's end,
+    /// [`CudaError::WrongDevice`] for a buffer of another device, or the driver's error.
+    pub fn copy_to_device_at<T: CudaScalar>(
+        &self,
+        host: &[T],
+        dst: &mut DeviceBuffer<T>,
+        offset: usize,
+    ) -> Result<(), CudaError> {
+        self.check_device("the destination", dst)?;
+        let range = check_range("the destination", offset, host.len(), dst.len())?;
+        if range.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        self.stream
+            .memcpy_htod(host, &mut dst.slice.slice_mut(range))
+            .map_err(driver("copy host memory to the device"))
+    }
+
+    /// Copies `src[offset..offset + dst.len()]` into `dst` and waits for the stream, like
+    /// [`CudaDevice::copy_to_host`].
+    ///
+    /// # Errors
+    ///
+    /// As [`CudaDevice::copy_to_device_at`].
+    pub fn copy_to_host_at<T: CudaScalar>(
+        &self,
+        src: &DeviceBuffer<T>,
+        offset: usize,
+        dst: &mut [T],
+    ) -> Result<(), CudaError> {
+        self.check_device("the source", src)?;
+        let range = check_range("the source", offset, dst.len(), src.len())?;
+        if range.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        self.stream
+            .memcpy_dtoh(&src.slice.slice(range), dst)
+            .map_err(driver("copy device memory to the host"))?;
+        self.synchronize()
+    }
+
+    /// Copies `src`, a buffer of `source` (this device or another), into `dst` on this device,
+    /// of the same length, stream-ordered on both sides with no host wait: this stream waits
+    /// for the work enqueued on `source`'s stream so far (so the copy reads what it wrote),
+    /// and `source`'s stream waits for the copy (so later writes of `src` there do not race
+    /// with it).
+    ///
+    /// # Errors
+    ///
+    /// [`CudaError::LengthMismatch`], [`CudaError::WrongDevice`] (`src` not on `source`, `dst`
+    /// not on this device): nothing is enqueued; or the driver's error.
+    pub fn copy_from_device<T: CudaScalar>(
+        &self,
+        source: &CudaDevice,
+        src: &DeviceBuffer<T>,
+        dst: &mut DeviceBuffer<T>,
+    ) -> Result<(), CudaError> {
+        source.check_device("the source", src)?;
+        self.check_device("the destination", dst)?;
+        if src.len() != dst.len() {
+            return Err(CudaError::LengthMismatch {
+                what: "device to device",
+                expected: dst.len(),
+                given: src.len(),
+            });
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        if source.ordinal() != self.ordinal() {
+            let ready = source
+                .stream
+                .record_event(None)
+                .map_err(driver("record the source stream's work"))?;
+            self.stream
+                .wait(&ready)
+                .map_err(driver("wait for the source stream"))?;
+        }
+        // Same context: an ordinary copy on this stream; another: a peer copy (cudarc makes
+        // this stream wait for the slice's own stream too).
+        self.stream
+            .memcpy_dtod(&src.slice, &mut dst.slice)
+            .map_err(driver("copy device memory between devices"))?;
+        if source.ordinal() != self.ordinal() {
+            let done = self
+                .stream
+                .record_event(None)
+                .map_err(driver("record the copy"))?;
+            source
+                .stream
+                .wait(&done)
+                .map_err(driver("make the source stream wait for the copy"))?;
+        }
+        Ok(())
+    }
+
+    /// Sets the matrix at `layout` in `dst` to zero, stream-ordered: one memset when its
+    /// columns are contiguous, else one per column.
+    ///
+    /// # Errors
+    ///
+    /// [`CudaError::LeadingDim`], [`CudaError::OutOfBounds`], [`CudaError::WrongDevice`]:
+    /// nothing is enqueued; or the driver's error.
+    pub fn zero<T: CudaScalar>(
+        &self,
+        dst: &mut DeviceBuffer<T>,
+        layout: super::MatLayout,
+    ) -> Result<(), CudaError> {
+        self.check_device("the destination", dst)?;
+        layout.check("the destination", 1, 0, dst.len())?;
+        if layout.rows == 0 || layout.cols == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // Contiguous columns: one run of all of them; else one run per column.
+        let (count, len, step) = if layout.ld == layout.rows {
+            (1, layout.rows * layout.cols, 0)
+        } else {
+            (layout.cols, layout.rows, layout.ld)
+        };
+        for j in 0..count {
+            let start = layout.offset + j * step;
+            self.stream
+                .memset_zeros(&mut dst.slice.slice_mut(start..start + len))
+                .map_err(driver("set device memory to zero"))?;
+        }
+        Ok(())
     }
 
     /// A host copy of `src`, once the stream's earlier work on it is done.

@@ -3,7 +3,10 @@
 //! Owns: the probe of the CUDA driver and cuBLAS libraries ([`probe`]), the typed
 //! [`CudaError`], the per-device handle [`CudaDevice`] (context, one stream, two cuBLAS handles
 //! on it: one in host pointer mode, one in device pointer mode for results left on the
-//! device), device buffers ([`DeviceBuffer`]) with host/device copies, and for `f32` and `f64`:
+//! device), device buffers ([`DeviceBuffer`]) with host/device copies (whole buffers or
+//! ranges), stream-ordered copies between devices ([`CudaDevice::copy_from_device`], event
+//! waits both ways, no host wait) and zeroing of matrices ([`CudaDevice::zero`]), and for
+//! `f32` and `f64`:
 //! column-major GEMM and strided-batched GEMM ([`CudaDevice::gemm`],
 //! [`CudaDevice::gemm_strided_batched`]); level-1 cuBLAS on strided vectors
 //! ([`CudaDevice::axpy`], [`CudaDevice::scal`], [`CudaDevice::nrm2`], [`CudaDevice::dot`], and
@@ -12,7 +15,8 @@
 //! ([`CudaDevice::gemm_batched`], `cublas?gemmBatched`) or of groups of shapes
 //! ([`CudaDevice::gemm_grouped`], `cublas?gemmGroupedBatched`, cuBLAS 12.5+, probed apart by
 //! [`probe_grouped`]); and permuting copies of strided N-d views (up to 8 axes) into
-//! contiguous destinations with an optional sign flip ([`CudaDevice::permute_copy`]), a kernel
+//! column-major destination matrices (a contiguous run, or a block of a larger matrix) with an
+//! optional sign flip ([`CudaDevice::permute_copy`]), a kernel
 //! compiled at run time with NVRTC (probed apart by [`probe_nvrtc`]: without libnvrtc only the
 //! permutes fail, with a typed [`CudaError::Unavailable`]).
 //!
@@ -314,6 +318,8 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemsetD8Async",
     "cuMemcpyHtoDAsync_v2",
     "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
+    "cuMemcpyPeerAsync",
     "cuModuleLoadData",
     "cuModuleGetFunction",
     "cuModuleUnload",
@@ -518,6 +524,28 @@ fn cublas(during: &'static str) -> impl FnOnce(CublasError) -> CudaError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs everywhere: a range copy's range must lie inside its buffer, with no wrap.
+    #[test]
+    fn range_copies_are_checked_before_any_call() {
+        assert_eq!(device::check_range("the source", 2, 3, 5), Ok(2..5));
+        assert_eq!(device::check_range("the source", 5, 0, 5), Ok(5..5));
+        assert_eq!(
+            device::check_range("the destination", 3, 3, 5),
+            Err(CudaError::OutOfBounds {
+                operand: "the destination",
+                needed: 6,
+                len: 5
+            })
+        );
+        assert!(matches!(
+            device::check_range("the source", usize::MAX, 2, 5),
+            Err(CudaError::OutOfBounds {
+                needed: usize::MAX,
+                ..
+            })
+        ));
+    }
 
     /// Runs everywhere: an allocation whose byte count would wrap (cudarc does not check) is
     /// refused before any call; the largest that fits is let through to the driver.

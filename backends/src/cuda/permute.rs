@@ -1,6 +1,8 @@
 //! Permuting copies on the device: a strided N-d source (up to [`MAX_AXES`] axes, any signed
-//! strides, typically an axis permutation of a dense block) into a contiguous destination,
-//! column-major (first axis fastest, as core's strided views), with an optional sign flip.
+//! strides, typically an axis permutation of a dense block) into a destination laid out as a
+//! column-major matrix (a contiguous run, or a block of a larger matrix: columns `ld` apart),
+//! element order column-major over the source's dims (first axis fastest, as core's strided
+//! views), with an optional sign flip.
 //!
 //! Owns: [`StridedView`], [`CudaDevice::permute_copy`], the kernel source [`PERMUTE_SOURCE`] and
 //! its compilation with NVRTC. The source is compiled once per process to PTX (NVRTC's default
@@ -10,7 +12,8 @@
 //! Invariant: the kernel is launched only after [`check`] (a pure function) saw both buffers on
 //! the calling device, at most [`MAX_AXES`] axes with one stride each, every element the source
 //! reaches inside its buffer (its lowest and highest reach, whatever the strides' signs), the
-//! destination's `n = prod(dims)` elements inside its buffer, and every offset within the
+//! destination matrix holding exactly `n = prod(dims)` elements inside its buffer (leading dim
+//! at least its rows, so no two elements share a place), and every offset within the
 //! kernel's 64-bit integers; otherwise the call returns a [`CudaError`] and nothing is
 //! enqueued or written. NVRTC is loaded only after [`super::probe_nvrtc`] saw it export every
 //! symbol cudarc calls, so a machine without libnvrtc gets [`CudaError::Unavailable`].
@@ -19,6 +22,7 @@
 //! coalesced, reads gathered, one division per axis; tiled transposes are left for later.
 
 use super::device::{CudaDevice, CudaScalar, DeviceBuffer};
+use super::gemm::MatLayout;
 use super::{CudaError, driver};
 use cudarc::driver::{
     CudaFunction, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
@@ -37,11 +41,14 @@ struct TesseraPermute {
     long long dims[8];
     long long strides[8];
     long long offset;
+    long long dst_offset;
+    long long dst_rows;
+    long long dst_ld;
     int rank;
     int pad;
 };
-static_assert(sizeof(TesseraPermute) == 144, "the host's PermuteParams is 144 bytes");
-static_assert(__builtin_offsetof(TesseraPermute, rank) == 136, "rank sits at byte 136");
+static_assert(sizeof(TesseraPermute) == 168, "the host's PermuteParams is 168 bytes");
+static_assert(__builtin_offsetof(TesseraPermute, rank) == 160, "rank sits at byte 160");
 
 template <typename T>
 __device__ void tessera_permute(const T* __restrict__ src, T* __restrict__ dst,
@@ -56,7 +63,8 @@ __device__ void tessera_permute(const T* __restrict__ src, T* __restrict__ dst,
             rem = q;
         }
         const T v = src[at];
-        dst[i] = negate ? -v : v;
+        const long long col = i / p.dst_rows;
+        dst[p.dst_offset + (i - col * p.dst_rows) + col * p.dst_ld] = negate ? -v : v;
     }
 }
 
@@ -74,18 +82,22 @@ extern "C" __global__ void tessera_permute_f64(const double* src, double* dst,
 "#;
 
 /// The kernel's parameter struct (`TesseraPermute` in [`PERMUTE_SOURCE`]): axes past `rank`
-/// are unused (dims 1, strides 0).
+/// are unused (dims 1, strides 0); destination element `i` (column-major over `dims`) goes to
+/// `dst_offset + i % dst_rows + (i / dst_rows) * dst_ld`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PermuteParams {
     pub(crate) dims: [i64; MAX_AXES],
     pub(crate) strides: [i64; MAX_AXES],
     pub(crate) offset: i64,
+    pub(crate) dst_offset: i64,
+    pub(crate) dst_rows: i64,
+    pub(crate) dst_ld: i64,
     pub(crate) rank: i32,
     pub(crate) pad: i32,
 }
 
-// SAFETY: `PermuteParams` is `repr(C)` of plain integers with no padding (8 + 8 + 1 eight-byte
+// SAFETY: `PermuteParams` is `repr(C)` of plain integers with no padding (8 + 8 + 4 eight-byte
 // fields, then two four-byte ones), laid out exactly as `TesseraPermute` in the kernel source,
 // so passing its bytes as the kernel parameter is what the kernel reads.
 unsafe impl DeviceRepr for PermuteParams {}
@@ -114,7 +126,7 @@ pub(crate) struct PermuteArgs<'a> {
     pub(crate) strides: &'a [isize],
     pub(crate) dst_ordinal: usize,
     pub(crate) dst_len: usize,
-    pub(crate) dst_offset: usize,
+    pub(crate) dst: MatLayout,
 }
 
 fn long(what: &'static str, value: usize) -> Result<i64, CudaError> {
@@ -180,21 +192,26 @@ pub(crate) fn check(device: usize, a: PermuteArgs<'_>) -> Result<(PermuteParams,
                 .ok_or_else(|| too_large("the source's reach"))?;
         }
     }
+    let dst_elements = a.dst.rows.checked_mul(a.dst.cols);
+    if dst_elements != Some(n) {
+        return Err(CudaError::VectorLengths {
+            operation: "permute_copy",
+            operand: "the destination matrix",
+            expected: n,
+            given: dst_elements.unwrap_or(usize::MAX),
+        });
+    }
+    a.dst.check("the destination", 1, 0, a.dst_len)?;
     let mut params = PermuteParams {
         dims: [1; MAX_AXES],
         strides: [0; MAX_AXES],
         offset: long("the source's offset", a.src_offset)?,
+        dst_offset: long("the destination's offset", a.dst.offset)?,
+        dst_rows: long("the destination's rows", a.dst.rows.max(1))?,
+        dst_ld: long("the destination's leading dim", a.dst.ld)?,
         rank: a.dims.len() as i32,
         pad: 0,
     };
-    let needed = a.dst_offset.checked_add(n);
-    if needed.is_none_or(|needed| needed > a.dst_len) {
-        return Err(CudaError::OutOfBounds {
-            operand: "the destination",
-            needed: needed.unwrap_or(usize::MAX),
-            len: a.dst_len,
-        });
-    }
     if n == 0 {
         return Ok((params, 0));
     }
@@ -271,15 +288,19 @@ impl CudaDevice {
             .clone()
     }
 
-    /// `dst[dst_offset + k] <- ±src(i_0, ..., i_{r-1})` for every index of `src.dims`, with `k`
-    /// the column-major position of the index (first axis fastest) and `-` when `negate`;
-    /// enqueued on this device's stream (it returns before the copy is done). The first call on
-    /// a device compiles (once per process) and loads the kernels.
+    /// `dst(k % rows, k / rows) <- ±src(i_0, ..., i_{r-1})` for every index of `src.dims`, with
+    /// `k` the column-major position of the index (first axis fastest), `dst` the matrix at
+    /// `dst_layout` (of exactly `prod(dims)` elements; [`MatLayout::contiguous`] with one
+    /// column for a contiguous run) and `-` when `negate`; enqueued on this device's stream
+    /// (it returns before the copy is done). The first call on a device compiles (once per
+    /// process) and loads the kernels.
     ///
     /// # Errors
     ///
     /// [`CudaError::WrongDevice`], [`CudaError::TooManyAxes`], [`CudaError::StrideCount`],
-    /// [`CudaError::OutOfBounds`], [`CudaError::NegativeReach`], [`CudaError::TooLarge`]:
+    /// [`CudaError::VectorLengths`] (a destination matrix of another size),
+    /// [`CudaError::LeadingDim`], [`CudaError::OutOfBounds`], [`CudaError::NegativeReach`],
+    /// [`CudaError::TooLarge`]:
     /// nothing is enqueued and the destination is untouched. [`CudaError::Unavailable`] /
     /// [`CudaError::MissingSymbol`] for `nvrtc` when NVRTC is missing or old,
     /// [`CudaError::Nvrtc`] if it fails to compile the kernels, the driver's error if loading
@@ -289,7 +310,7 @@ impl CudaDevice {
         negate: bool,
         src: StridedView<'_, T>,
         dst: &mut DeviceBuffer<T>,
-        dst_offset: usize,
+        dst_layout: MatLayout,
     ) -> Result<(), CudaError> {
         let (params, n) = check(
             self.ordinal(),
@@ -301,7 +322,7 @@ impl CudaDevice {
                 strides: src.strides,
                 dst_ordinal: dst.ordinal(),
                 dst_len: dst.len(),
-                dst_offset,
+                dst: dst_layout,
             },
         )?;
         if n == 0 {
@@ -313,7 +334,6 @@ impl CudaDevice {
         let stream = self.stream();
         let (src_base, _src_read) = src.buf.as_cuda_slice().device_ptr(stream);
         let (dst_base, _dst_write) = dst.as_cuda_slice_mut().device_ptr_mut(stream);
-        let dst_ptr = super::blas1::element::<T>(dst_base, dst_offset);
         let negate = i32::from(negate);
         const THREADS: u64 = 256;
         // At most 2^16 blocks; the kernel strides over the rest.
@@ -326,15 +346,16 @@ impl CudaDevice {
         let mut launch = stream.launch_builder(function);
         launch
             .arg(&src_base)
-            .arg(&dst_ptr)
+            .arg(&dst_base)
             .arg(&params)
             .arg(&n)
             .arg(&negate);
         // SAFETY: the arguments match the kernel's signature in order and type (two device
         // pointers as 64-bit values, the `repr(C)` mirror of its struct, a 64-bit count, an
         // int). `check` put every element the source reaches (its offset plus the lowest and
-        // highest reach of the strides) inside the source buffer and the `n` destination
-        // elements inside the destination buffer, both on this device, whose context is
+        // highest reach of the strides) inside the source buffer and the destination matrix of
+        // exactly `n` elements (distinct places: leading dim at least its rows) inside the
+        // destination buffer, both on this device, whose context is
         // current; the destination is borrowed mutably, so it is not the source. The kernel's
         // module lives in `kernels` (an `Arc` this device holds), and the guards record both
         // buffers' use on the stream after the launch is enqueued.
@@ -357,7 +378,12 @@ mod tests {
             strides,
             dst_ordinal: 0,
             dst_len: 60,
-            dst_offset: 0,
+            dst: MatLayout::contiguous(
+                dims.iter()
+                    .try_fold(1_usize, |n, &d| n.checked_mul(d))
+                    .unwrap_or(0),
+                1,
+            ),
         }
     }
 
@@ -391,7 +417,10 @@ mod tests {
             check(
                 0,
                 PermuteArgs {
-                    dst_offset: 1,
+                    dst: MatLayout {
+                        offset: 1,
+                        ..MatLayout::contiguous(60, 1)
+                    },
                     ..args(&dims, &strides)
                 }
             )
@@ -515,12 +544,88 @@ mod tests {
         ));
     }
 
+    /// A destination that is a block of a larger matrix: its rows and leading dim reach the
+    /// kernel; a matrix of another size, or rows past the leading dim, are refused.
+    #[test]
+    fn permute_destinations_are_matrices_of_exactly_the_elements_copied() {
+        let (dims, strides) = ([5, 3, 4], [12, 1, 3]);
+        // 60 elements as a 15 x 4 block at (2, 0) of a 20-row matrix: reaches 2 + 3*20 + 15.
+        let block = MatLayout {
+            offset: 2,
+            rows: 15,
+            cols: 4,
+            ld: 20,
+        };
+        let (p, n) = check(
+            0,
+            PermuteArgs {
+                dst_len: 77,
+                dst: block,
+                ..args(&dims, &strides)
+            },
+        )
+        .unwrap();
+        assert_eq!((n, p.dst_offset, p.dst_rows, p.dst_ld), (60, 2, 15, 20));
+        assert_eq!(
+            check(
+                0,
+                PermuteArgs {
+                    dst_len: 76,
+                    dst: block,
+                    ..args(&dims, &strides)
+                }
+            )
+            .unwrap_err(),
+            CudaError::OutOfBounds {
+                operand: "the destination",
+                needed: 77,
+                len: 76
+            }
+        );
+        let short = MatLayout { cols: 3, ..block };
+        assert_eq!(
+            check(
+                0,
+                PermuteArgs {
+                    dst_len: 100,
+                    dst: short,
+                    ..args(&dims, &strides)
+                }
+            )
+            .unwrap_err(),
+            CudaError::VectorLengths {
+                operation: "permute_copy",
+                operand: "the destination matrix",
+                expected: 60,
+                given: 45
+            }
+        );
+        let overlapping = MatLayout { ld: 14, ..block };
+        assert_eq!(
+            check(
+                0,
+                PermuteArgs {
+                    dst_len: 100,
+                    dst: overlapping,
+                    ..args(&dims, &strides)
+                }
+            )
+            .unwrap_err(),
+            CudaError::LeadingDim {
+                operand: "the destination",
+                rows: 15,
+                ld: 14
+            }
+        );
+    }
+
     #[test]
     fn the_parameter_struct_has_the_kernels_layout() {
-        assert_eq!(std::mem::size_of::<PermuteParams>(), 8 * 17 + 8);
+        assert_eq!(std::mem::size_of::<PermuteParams>(), 8 * 20 + 8);
         assert_eq!(std::mem::align_of::<PermuteParams>(), 8);
         assert_eq!(std::mem::offset_of!(PermuteParams, offset), 128);
-        assert_eq!(std::mem::offset_of!(PermuteParams, rank), 136);
+        assert_eq!(std::mem::offset_of!(PermuteParams, dst_ld), 152);
+        assert_eq!(std::mem::offset_of!(PermuteParams, rank), 160);
         assert!(PERMUTE_SOURCE.contains("long long dims[8];"));
         assert!(
             PERMUTE_SOURCE.contains("tessera_permute_f32")
