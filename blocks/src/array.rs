@@ -571,7 +571,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
 
     /// The whole allocation as one flat alias, ordered by every block's record: for waiting
     /// on the whole array without a handle per block.
-    fn whole(&self) -> BlockAlias<T> {
+    pub(crate) fn whole(&self) -> BlockAlias<T> {
         self.sectors_span(0..self.structure.sectors().len())
     }
 

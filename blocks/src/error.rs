@@ -226,6 +226,23 @@ pub enum Error {
         operation: &'static str,
     },
 
+    /// Operands of one operation live in different storage domains (devices).
+    #[error(
+        "expected every operand in {expected} (where the operation runs), but one lives in \
+         {given}: move it with a transfer first"
+    )]
+    DeviceMismatch {
+        /// The domain of the operation (its first operand's).
+        expected: tessera_core::Domain,
+        /// The domain of the operand that differs.
+        given: tessera_core::Domain,
+    },
+
+    /// The CUDA backend refused or failed a device operation.
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Cuda(#[from] tessera_backends::cuda::CudaError),
+
     /// The runtime refused or failed the operation (a poisoned value, a wait inside a task).
     #[error(transparent)]
     Runtime(#[from] tessera_core::Error),

@@ -29,6 +29,8 @@
 #![deny(missing_docs)]
 
 mod array;
+#[cfg(feature = "cuda")]
+pub mod device;
 mod error;
 pub mod leg;
 mod ops;
@@ -40,6 +42,8 @@ pub mod testing;
 pub use array::{
     AsyncArray, BlockAlias, BlockRegion, BlockSetAlias, BlockSetRegion, BlockViews, BlockViewsMut,
 };
+#[cfg(feature = "cuda")]
+pub use device::{DeviceArray, DeviceBlocks, DeviceBlocksAlias};
 pub use error::Error;
 pub use leg::{Direction, FusionMap, Leg, Segment};
 pub use ops::Blocks;

@@ -32,7 +32,7 @@ pub enum Blocks<'a> {
 
 impl Blocks<'_> {
     /// The selected ids, checked against `n` blocks, increasing and without repeats.
-    fn resolve(self, n: usize) -> Result<Vec<usize>, Error> {
+    pub(crate) fn resolve(self, n: usize) -> Result<Vec<usize>, Error> {
         match self {
             Blocks::All => Ok((0..n).collect()),
             Blocks::Only(ids) => {
