@@ -13,13 +13,14 @@
 
 use crate::cache::PlanCache;
 use crate::error::Error;
+use crate::operand::Operand;
 use crate::plan::Plan;
 use crate::spec::Spec;
 use std::sync::Arc;
-use tessera_backends::Field;
 use tessera_backends::cpu::{
     gemm_parallelism, gemm_parallelism_alone, gemm_with, matrix_mut, matrix_ref,
 };
+use tessera_backends::{Field, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, Blocks};
 use tessera_coalesce::Coalesce;
 use tessera_core::{Alias, Runtime, schedule_named};
@@ -96,30 +97,25 @@ impl Contraction {
     /// # Errors
     ///
     /// [`Error::Arity`] or [`Error::Legs`] when the operands do not fit the spec.
-    pub fn plan<T: Field, S: AbelianSector>(
-        &self,
-        a: &AsyncArray<T, S>,
-        b: &AsyncArray<T, S>,
-    ) -> Result<Arc<Plan<S>>, Error> {
+    pub fn plan<A: Operand>(&self, a: &A, b: &A) -> Result<Arc<Plan<A::Sector>>, Error> {
         self.cache
-            .plan::<T, S>(&self.spec, self.conj, a.structure(), b.structure())
+            .plan::<A::Elem, A::Sector>(&self.spec, self.conj, a.structure(), b.structure())
     }
 
-    /// `alpha op(A) op(B)` into a new array.
+    /// `alpha op(A) op(B)` into a new array, in the operands' storage domain and run by its
+    /// backend: host arrays ([`AsyncArray`]) on the CPU, device arrays (`DeviceArray`, with
+    /// the `cuda` feature) through cuBLAS on their device.
     ///
     /// # Errors
     ///
-    /// As [`plan`](Contraction::plan); nothing is enrolled on error.
-    pub fn apply<T: Field, S: AbelianSector>(
-        &self,
-        alpha: T,
-        a: &AsyncArray<T, S>,
-        b: &AsyncArray<T, S>,
-    ) -> Result<AsyncArray<T, S>, Error> {
+    /// As [`plan`](Contraction::plan); operands on different devices give
+    /// [`tessera_blocks::Error::DeviceMismatch`]. Nothing is enrolled on error.
+    pub fn apply<A: Operand>(&self, alpha: A::Elem, a: &A, b: &A) -> Result<A, Error> {
         let plan = self.plan(a, b)?;
+        a.check_domain(b)?;
         // Written in full by the tasks (GEMM outputs, zeroed idle blocks, or the permute).
-        let out = AsyncArray::empty(Arc::clone(plan.output()));
-        submit(&plan, alpha, a, b, T::ZERO, &out, true)?;
+        let out = a.output(plan.output())?;
+        A::submit(&plan, alpha, a, b, A::Elem::ZERO, &out, true)?;
         Ok(out)
     }
 
@@ -129,15 +125,16 @@ impl Contraction {
     /// # Errors
     ///
     /// As [`plan`](Contraction::plan); [`Error::Output`] when `c` does not have the output
-    /// structure, [`Error::Aliased`] when it shares storage with an operand. Nothing is
-    /// enrolled or written on error.
-    pub fn apply_into<T: Field, S: AbelianSector>(
+    /// structure, [`Error::Aliased`] when it shares storage with an operand,
+    /// [`tessera_blocks::Error::DeviceMismatch`] when the three are not on one device.
+    /// Nothing is enrolled or written on error.
+    pub fn apply_into<A: Operand>(
         &self,
-        alpha: T,
-        a: &AsyncArray<T, S>,
-        b: &AsyncArray<T, S>,
-        beta: T,
-        c: &AsyncArray<T, S>,
+        alpha: A::Elem,
+        a: &A,
+        b: &A,
+        beta: A::Elem,
+        c: &A,
     ) -> Result<(), Error> {
         let plan = self.plan(a, b)?;
         let same = Arc::ptr_eq(c.structure(), plan.output()) || c.structure() == plan.output();
@@ -147,17 +144,19 @@ impl Contraction {
                 given: c.structure().summary(),
             });
         }
+        a.check_domain(b)?;
+        a.check_domain(c)?;
         for (operand, x) in [("A", a), ("B", b)] {
             if c.same_storage(x) {
                 return Err(Error::Aliased { operand });
             }
         }
-        submit(&plan, alpha, a, b, beta, c, false)
+        A::submit(&plan, alpha, a, b, beta, c, false)
     }
 }
 
 /// `a` in its matrix form: itself, or a permuted temporary.
-fn matrix_form<T: Field, S: AbelianSector>(
+pub(crate) fn matrix_form<T: Field, S: AbelianSector>(
     plan: &Plan<S>,
     which: usize,
     x: &AsyncArray<T, S>,
@@ -196,7 +195,7 @@ fn zero_blocks<T: Field, S: AbelianSector>(
 /// Enrolls the plan's tasks: `c <- alpha op(a) op(b) + beta c` (`fresh`: `c` is a new array
 /// nothing else has, with unspecified elements, so `beta` is ignored and every block is
 /// written).
-fn submit<T: Field, S: AbelianSector>(
+pub(crate) fn submit<T: Field, S: AbelianSector>(
     plan: &Arc<Plan<S>>,
     alpha: T,
     a: &AsyncArray<T, S>,

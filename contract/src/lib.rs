@@ -20,9 +20,12 @@
 #![deny(missing_docs)]
 
 mod cache;
+#[cfg(feature = "cuda")]
+mod device;
 mod error;
 mod execute;
 mod network;
+mod operand;
 mod plan;
 mod spec;
 
@@ -30,5 +33,6 @@ pub use cache::PlanCache;
 pub use error::Error;
 pub use execute::Contraction;
 pub use network::{MAX_EXHAUSTIVE, Network, Order};
+pub use operand::Operand;
 pub use plan::{Plan, Strategy};
 pub use spec::Spec;

@@ -327,3 +327,86 @@ macro_rules! kinds {
 
 kinds!(differential_f64, f64, 300);
 kinds!(differential_c64, Complex64, 250);
+
+/// The differential cases on a GPU (feature `cuda`): the operands moved to device 0, the
+/// contraction run there through cuBLAS (the backend chosen from their domain), the result
+/// moved back. Real types (cuBLAS kernels here are f32 and f64). Without a driver or device
+/// it prints `skipped: ...` and returns.
+#[cfg(feature = "cuda")]
+#[test]
+fn differential_on_the_device() {
+    use tessera_backends::cuda::{CudaDevice, CudaError, CudaScalar, probe_nvrtc};
+    let dev = match CudaDevice::open(0).and_then(|d| probe_nvrtc().map(|()| d)) {
+        Ok(d) => Arc::new(d),
+        Err(
+            e @ (CudaError::Unavailable { .. }
+            | CudaError::MissingSymbol { .. }
+            | CudaError::NoDevice { .. }),
+        ) => {
+            println!("skipped: {e}");
+            return;
+        }
+        Err(e) => panic!("opening CUDA device 0 failed: {e}"),
+    };
+    fn cases<T: Field + CudaScalar, S: Kind>(dev: &Arc<CudaDevice>, seed: u64, n: usize, tol: f64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        for case in 0..n {
+            let case_ = random_case::<S>(&mut rng);
+            let a = AsyncArray::<T, S>::random(Arc::clone(&case_.a), rng.r#gen());
+            let b = AsyncArray::<T, S>::random(Arc::clone(&case_.b), rng.r#gen());
+            let mut c = Contraction::from_spec(case_.spec.clone());
+            if case_.conj[0] {
+                c = c.conj_a();
+            }
+            if case_.conj[1] {
+                c = c.conj_b();
+            }
+            let what = || {
+                format!(
+                    "{} {} case {case}",
+                    std::any::type_name::<T>(),
+                    std::any::type_name::<S>()
+                )
+            };
+            let (da, db) = (a.to_device(dev).unwrap(), b.to_device(dev).unwrap());
+            let alpha = T::from_f64(rng.gen_range(-2.0..2.0));
+            let want = c.apply(alpha, &a, &b).unwrap().to_dense().unwrap();
+            let got = c
+                .apply(alpha, &da, &db)
+                .unwrap()
+                .to_host()
+                .unwrap()
+                .to_dense()
+                .unwrap();
+            let scale: f64 = want.iter().map(|x| x.abs2().into()).sum::<f64>().sqrt();
+            for (x, y) in got.iter().zip(&want) {
+                let d: f64 = (*x - *y).abs2().into();
+                assert!(d.sqrt() <= tol * (1.0 + scale), "{}", what());
+            }
+            // Accumulation, beta in {0, 1, other}, into a device output.
+            let acc = AsyncArray::<T, S>::random(
+                Arc::clone(c.plan(&a, &b).unwrap().output()),
+                rng.r#gen(),
+            );
+            let dacc = acc.to_device(dev).unwrap();
+            let beta = [T::ZERO, T::ONE, T::from_f64(-0.75)][case % 3];
+            c.apply_into(alpha, &a, &b, beta, &acc).unwrap();
+            c.apply_into(alpha, &da, &db, beta, &dacc).unwrap();
+            let (got, want) = (
+                dacc.to_host().unwrap().to_dense().unwrap(),
+                acc.to_dense().unwrap(),
+            );
+            for (x, y) in got.iter().zip(&want) {
+                let d: f64 = (*x - *y).abs2().into();
+                assert!(d.sqrt() <= tol * (1.0 + scale), "{} (beta)", what());
+            }
+        }
+    }
+    fn run<S: Kind>(seed: u64) {
+        let dev = Arc::new(CudaDevice::open(0).unwrap());
+        cases::<f64, S>(&dev, seed, 100, 1e-12);
+        cases::<f32, S>(&dev, seed + 1, 50, 1e-4);
+    }
+    drop(dev);
+    tessera_blocks::for_each_kind!(run);
+}

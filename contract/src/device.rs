@@ -1,0 +1,380 @@
+//! Running a plan on a CUDA device (feature `cuda`).
+//!
+//! Owns: the [`Operand`] implementation of `DeviceArray` and the lowering of a [`Plan`] to
+//! cuBLAS GEMM calls ([`gemm_calls`]). Invariants:
+//!
+//! - The lowering reads only the plan and the structures: every call's matrices are blocks
+//!   (or dense coupled sectors) of `A'`, `B'` and the GEMMs' target, at the structure's
+//!   offsets and leading dims, so the bounds the backend checks always hold.
+//! - Each output block's calls are consecutive and in the plan's pair order, the first with
+//!   the starting `beta` and the rest accumulating (`beta = 1`); on one stream they run in
+//!   that order, so the sums are those of the CPU backend's tasks.
+//! - The work is enrolled as one task per step (operand permutes, the GEMMs, the output
+//!   permute), each on the composite of exactly the blocks it touches; each task enqueues
+//!   on the device's stream and returns, so a contraction costs no host wait.
+
+use crate::error::Error;
+use crate::operand::Operand;
+use crate::plan::Plan;
+use std::sync::Arc;
+use tessera_backends::cuda::{CudaScalar, MatLayout, Op};
+use tessera_blocks::device::enqueue;
+use tessera_blocks::{AbelianSector, BlockStructure, Blocks, DeviceArray};
+use tessera_core::{Domain, schedule_named};
+
+/// One cuBLAS GEMM of a lowered plan: `C <- alpha A B + beta C` on matrices of `A'`, `B'`
+/// and the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GemmCall {
+    pub(crate) a: MatLayout,
+    pub(crate) b: MatLayout,
+    pub(crate) c: MatLayout,
+    /// Whether this call starts its output block (`beta` is the starting one) or adds to it.
+    pub(crate) first: bool,
+}
+
+/// The dense matrix of coupled sector `c` of `s`.
+fn sector_matrix<S: AbelianSector>(s: &BlockStructure<S>, c: usize) -> MatLayout {
+    let sector = &s.sectors()[c];
+    MatLayout {
+        offset: sector.offset(),
+        rows: sector.rows(),
+        cols: sector.cols(),
+        ld: sector.rows().max(1),
+    }
+}
+
+/// The plan's GEMMs as cuBLAS calls on `A'` (`am`), `B'` (`bm`) and the target (`cm`):
+/// per output block its pairs in order, then one call per sector GEMM.
+pub(crate) fn gemm_calls<S: AbelianSector>(
+    plan: &Plan<S>,
+    am: &BlockStructure<S>,
+    bm: &BlockStructure<S>,
+    cm: &BlockStructure<S>,
+) -> Vec<GemmCall> {
+    let [rows_a, rows_b] = plan.rows;
+    let block = |s: &BlockStructure<S>, id: usize, rows: usize| {
+        tessera_blocks::device::block_matrix(s, id, rows).expect("the plan's blocks exist")
+    };
+    let mut calls = Vec::with_capacity(plan.gemms());
+    for group in &plan.groups {
+        for (local, pairs) in &group.products {
+            let c = block(cm, group.c[*local], cm.n_codomain());
+            for (n, &(ia, ib)) in group.pairs[pairs.clone()].iter().enumerate() {
+                calls.push(GemmCall {
+                    a: block(am, group.a[ia], rows_a),
+                    b: block(bm, group.b[ib], rows_b),
+                    c,
+                    first: n == 0,
+                });
+            }
+        }
+    }
+    for g in &plan.sector_gemms {
+        calls.push(GemmCall {
+            a: sector_matrix(am, g.a),
+            b: sector_matrix(bm, g.b),
+            c: sector_matrix(cm, g.c),
+            first: true,
+        });
+    }
+    calls
+}
+
+/// `x` in its matrix form on its device: itself, or a permuted temporary.
+fn matrix_form<T: CudaScalar, S: AbelianSector>(
+    plan: &Plan<S>,
+    which: usize,
+    x: &DeviceArray<T, S>,
+) -> Result<Option<DeviceArray<T, S>>, Error> {
+    let op = &plan.operands[which];
+    let Some((perm, permuted)) = &op.permute else {
+        return Ok(None);
+    };
+    let tmp = DeviceArray::zeros(Arc::clone(&op.matrix), x.device())?;
+    x.permute_into_with(permuted, perm, &tmp, Blocks::All)?;
+    Ok(Some(tmp))
+}
+
+impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
+    type Elem = T;
+    type Sector = S;
+
+    fn structure(&self) -> &Arc<BlockStructure<S>> {
+        DeviceArray::structure(self)
+    }
+
+    fn domain(&self) -> Domain {
+        DeviceArray::domain(self)
+    }
+
+    fn same_storage(&self, other: &Self) -> bool {
+        DeviceArray::same_storage(self, other)
+    }
+
+    fn output(&self, structure: &Arc<BlockStructure<S>>) -> Result<Self, Error> {
+        Ok(DeviceArray::zeros(Arc::clone(structure), self.device())?)
+    }
+
+    fn submit(
+        plan: &Arc<Plan<S>>,
+        alpha: T,
+        a: &Self,
+        b: &Self,
+        beta: T,
+        c: &Self,
+        fresh: bool,
+    ) -> Result<(), Error> {
+        let a_tmp = matrix_form(plan, 0, a)?;
+        let b_tmp = matrix_form(plan, 1, b)?;
+        let am = a_tmp.as_ref().unwrap_or(a);
+        let bm = b_tmp.as_ref().unwrap_or(b);
+        let product_tmp = match &plan.output_permute {
+            Some(_) => Some(DeviceArray::<T, S>::zeros(
+                Arc::clone(&plan.product),
+                c.device(),
+            )?),
+            None => None,
+        };
+        let target = product_tmp.as_ref().unwrap_or(c);
+        let overwrite = fresh || product_tmp.is_some() || beta == T::ZERO;
+        let first_beta = if overwrite { T::ZERO } else { beta };
+        // Real types only: conjugation is the identity, and every operand is already in
+        // its matrix form, so no call transposes.
+        let calls = gemm_calls(plan, am.structure(), bm.structure(), target.structure());
+        let all = |x: &DeviceArray<T, S>| x.blocks(&(0..x.num_blocks()).collect::<Vec<_>>());
+        let out = all(target)?;
+        let out = if overwrite {
+            out.into_overwrite()
+        } else {
+            out.into_write()
+        };
+        let plan_idle = plan.idle.clone();
+        let access = (all(am)?.into_read(), all(bm)?.into_read(), out);
+        schedule_named("device.contract", access, move |(xa, xb, mut xc)| {
+            let idle: Vec<MatLayout> = plan_idle
+                .iter()
+                .map(|&i| {
+                    let n = xc.structure().n_codomain();
+                    tessera_blocks::device::block_matrix(xc.structure(), i, n)
+                        .expect("idle blocks exist")
+                })
+                .collect();
+            enqueue(Some(&mut xc), &[&xa, &xb], |dev, cbuf, srcs| {
+                let cbuf = cbuf.expect("a write was given");
+                for call in &calls {
+                    let beta = if call.first { first_beta } else { T::ONE };
+                    dev.gemm(
+                        cbuf.mat_mut(call.c),
+                        beta,
+                        srcs[0].mat(call.a),
+                        Op::Identity,
+                        srcs[1].mat(call.b),
+                        Op::Identity,
+                        alpha,
+                    )?;
+                }
+                // Blocks no pair writes: zero where the GEMMs overwrite, else beta C.
+                for layout in &idle {
+                    if overwrite {
+                        dev.zero(cbuf, *layout)?;
+                    } else if beta != T::ONE {
+                        for j in 0..layout.cols {
+                            let column = tessera_backends::cuda::VecLayout {
+                                offset: layout.offset + j * layout.ld,
+                                ..tessera_backends::cuda::VecLayout::contiguous(layout.rows)
+                            };
+                            dev.scal(beta, cbuf.vec_mut(column))?;
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+            Ok(())
+        })?;
+        if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
+            if fresh || beta == T::ZERO {
+                product.permute_into_with(permuted, perm, c, Blocks::All)?;
+            } else {
+                let moved = DeviceArray::zeros(Arc::clone(plan.output()), c.device())?;
+                product.permute_into_with(permuted, perm, &moved, Blocks::All)?;
+                if beta != T::ONE {
+                    c.scale(beta, Blocks::All)?;
+                }
+                c.axpy(T::ONE, &moved, Blocks::All)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Contraction, Spec};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+    use tessera_blocks::testing::{Kind, random_leg, random_mask};
+    use tessera_blocks::{AsyncArray, Leg};
+
+    /// The flat allocation of a host array (every element at its structure offset).
+    fn flat<S: AbelianSector>(x: &AsyncArray<f64, S>) -> Vec<f64> {
+        let s = x.structure();
+        let mut out = vec![0.0; s.total_len()];
+        for (block, values) in s.blocks().zip(x.to_blocks().unwrap()) {
+            let strides: Vec<isize> = block.strides().iter().map(|&v| v as isize).collect();
+            tessera_core::for_each_offset(block.shape(), &strides, |k, at| {
+                out[block.offset() + at as usize] = values[k];
+            });
+        }
+        out
+    }
+
+    /// The host array of `s` whose allocation is `data`.
+    fn unflat<S: AbelianSector>(s: &Arc<BlockStructure<S>>, data: &[f64]) -> AsyncArray<f64, S> {
+        let blocks: Vec<Vec<f64>> = s
+            .blocks()
+            .map(|block| {
+                let mut v = vec![0.0; block.len()];
+                let strides: Vec<isize> = block.strides().iter().map(|&x| x as isize).collect();
+                tessera_core::for_each_offset(block.shape(), &strides, |k, at| {
+                    v[k] = data[block.offset() + at as usize];
+                });
+                v
+            })
+            .collect();
+        AsyncArray::from_blocks(Arc::clone(s), &blocks).unwrap()
+    }
+
+    /// `C <- alpha A B + (first ? 0 : C)` on flat allocations, by the definition.
+    fn reference_gemm(c: &mut [f64], call: GemmCall, alpha: f64, a: &[f64], b: &[f64]) {
+        let k = call.a.cols;
+        assert_eq!(
+            (call.a.rows, call.b.rows, call.b.cols),
+            (call.c.rows, k, call.c.cols)
+        );
+        for j in 0..call.c.cols {
+            for i in 0..call.c.rows {
+                let at = call.c.offset + j * call.c.ld + i;
+                let sum: f64 = (0..k)
+                    .map(|p| {
+                        a[call.a.offset + p * call.a.ld + i] * b[call.b.offset + j * call.b.ld + p]
+                    })
+                    .sum();
+                c[at] = alpha * sum + if call.first { 0.0 } else { c[at] };
+            }
+        }
+    }
+
+    /// Operands that fit `spec`: a random leg per label, each contracted leg of B the dual
+    /// of A's, random splits and a conserved flux, sometimes a random presence mask.
+    fn operands<S: Kind>(spec: &Spec, rng: &mut ChaCha8Rng) -> Option<[Arc<BlockStructure<S>>; 2]> {
+        let labels: Vec<(char, Leg<S>)> = spec
+            .a()
+            .iter()
+            .map(|&c| (c, random_leg::<S>(rng)))
+            .collect();
+        let b_legs: Vec<Leg<S>> = spec
+            .b()
+            .iter()
+            .map(|c| match labels.iter().find(|(l, _)| l == c) {
+                Some((_, leg)) => leg.dual(),
+                None => random_leg::<S>(rng),
+            })
+            .collect();
+        let a_legs: Vec<Leg<S>> = labels.into_iter().map(|(_, l)| l).collect();
+        let mut out = Vec::new();
+        for legs in [a_legs, b_legs] {
+            if legs.iter().any(|l| l.num_segments() == 0) {
+                return None;
+            }
+            let flux = legs.iter().fold(S::trivial(), |acc, l| {
+                let i = rng.gen_range(0..l.num_segments());
+                acc.fuse_abelian(&l.effective_sector(i).unwrap())
+            });
+            let split = rng.gen_range(0..=legs.len());
+            let mut s = BlockStructure::from_legs(legs, split, flux).ok()?;
+            if rng.gen_bool(0.5) {
+                s = s.with_present(&random_mask(rng, s.num_allowed())).ok()?;
+            }
+            out.push(Arc::new(s));
+        }
+        Some([out.remove(0), out.remove(0)])
+    }
+
+    /// Runs everywhere: the lowered calls, evaluated by a reference GEMM on the flat host
+    /// allocations of `A'` and `B'` (made by the CPU backend's permutes, as the device makes
+    /// them with its own), give the CPU backend's result: the layouts, leading dims, pair
+    /// order and starting betas the device runs are right for every strategy.
+    #[test]
+    fn lowered_gemm_calls_reproduce_the_cpu_contraction() {
+        fn run<S: Kind>(seed: u64) {
+            let specs = [
+                "ab,bc->ac",
+                "abk,kc->acb",
+                "abk,ck->ab|c",
+                "kab,lkc->|bcal",
+                "ak,k->a",
+                "ab,ab->",
+            ];
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let (mut cases, mut sectors, mut pairs) = (0, 0, 0);
+            for n in 0..120 {
+                let spec = Spec::parse(specs[n % specs.len()]).unwrap();
+                let Some([sa, sb]) = operands::<S>(&spec, &mut rng) else {
+                    continue;
+                };
+                let mm = Contraction::from_spec(spec.clone());
+                let a = AsyncArray::<f64, S>::random(sa, rng.r#gen());
+                let b = AsyncArray::<f64, S>::random(sb, rng.r#gen());
+                let plan = mm.plan(&a, &b).unwrap();
+                let want = mm.apply(1.5, &a, &b).unwrap().to_dense().unwrap();
+                let am = crate::execute::matrix_form(&plan, 0, &a).unwrap();
+                let bm = crate::execute::matrix_form(&plan, 1, &b).unwrap();
+                let (am, bm) = (am.as_ref().unwrap_or(&a), bm.as_ref().unwrap_or(&b));
+                let calls = gemm_calls(&plan, am.structure(), bm.structure(), &plan.product);
+                // NaN where nothing writes: a call that reads before its first write shows.
+                let mut fc = vec![f64::NAN; plan.product.total_len()];
+                for &call in &calls {
+                    reference_gemm(&mut fc, call, 1.5, &flat(am), &flat(bm));
+                }
+                let n_rows = plan.product.n_codomain();
+                for &i in &plan.idle {
+                    let m = tessera_blocks::device::block_matrix(&plan.product, i, n_rows).unwrap();
+                    for j in 0..m.cols {
+                        fc[m.offset + j * m.ld..][..m.rows].fill(0.0);
+                    }
+                }
+                let product = unflat(&plan.product, &fc);
+                let got = match &plan.output_permute {
+                    Some((perm, permuted)) => {
+                        let out = AsyncArray::empty(Arc::clone(plan.output()));
+                        product
+                            .permute_into_with(permuted, perm, &out, Blocks::All)
+                            .unwrap();
+                        out
+                    }
+                    None => product,
+                }
+                .to_dense()
+                .unwrap();
+                let scale = want.iter().fold(1.0_f64, |m, x| m.max(x.abs()));
+                for (x, y) in got.iter().zip(&want) {
+                    assert!(
+                        (x - y).abs() <= 1e-12 * scale,
+                        "{spec} case {n}: {x} vs {y}\n{plan}"
+                    );
+                }
+                cases += 1;
+                sectors += usize::from(plan.sector_gemms() > 0);
+                pairs += usize::from(plan.gemms() > plan.sector_gemms());
+            }
+            assert!(
+                cases > 60 && sectors > 5 && pairs > 2,
+                "{}: {cases} cases, {sectors} with sector GEMMs, {pairs} with pairs",
+                std::any::type_name::<S>()
+            );
+        }
+        tessera_blocks::for_each_kind!(run);
+    }
+}
