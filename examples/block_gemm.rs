@@ -1,6 +1,7 @@
 //! Block-GEMM benchmark driver: a U(1) block-sparse matrix product `C = A B` (one block per
-//! sector, `d_q x d_q`), timed beside one dense faer GEMM of the same total flops in the same
-//! run.
+//! sector, `d_q x d_q`), timed beside one dense GEMM of the same total flops in the same run:
+//! faer on the CPU, or (`--backend cuda`, built with `--features cuda`) both on CUDA device 0
+//! through cuBLAS, timed to the end of the device's work.
 //!
 //! Flags: `--sectors N`, `--sizes DIST` (`fixed:D`, `uniform:MIN-MAX` drawn per sector from
 //! `--seed`, or `list:D1,D2,...` cycled over the sectors), `--type f32|f64|c32|c64`,
@@ -10,6 +11,7 @@
 //!
 //! ```sh
 //! cargo run --release --example block_gemm -- --sectors 16 --sizes uniform:64-512 --type c64
+//! cargo run --release --features cuda --example block_gemm -- --backend cuda --sizes fixed:1024
 //! ```
 
 use faer::linalg::matmul::matmul;
@@ -35,6 +37,7 @@ enum DriverError {
     /// A flag's value could not be used.
     Flag { flag: String, reason: String },
     /// The backend exists in the design but is not part of this build.
+    #[cfg_attr(feature = "cuda", allow(dead_code))]
     BackendNotBuilt {
         backend: String,
         needs: &'static str,
@@ -203,6 +206,69 @@ fn measure<T: Field>(
     Ok((block, dense, plan.to_string()))
 }
 
+/// The block-sparse product and one dense cuBLAS GEMM of the same flops, on device 0: each
+/// timed from submission to the end of the device's work (the stream synchronized).
+#[cfg(feature = "cuda")]
+fn measure_cuda<T: Field + tessera::backends::cuda::CudaScalar>(
+    runtime: &Runtime,
+    dims: &[usize],
+    reps: usize,
+) -> Result<(Row, Row, String)> {
+    use tessera::backends::cuda::{CudaDevice, MatLayout, Op};
+    use tessera::blocks::DeviceArray;
+    let dev = Arc::new(CudaDevice::open(0)?);
+    let leg = Leg::new(
+        Direction::In,
+        dims.iter().enumerate().map(|(q, &d)| (U1(q as i32), d)),
+    )?;
+    let s = Arc::new(BlockStructure::new([leg.clone()], [leg.dual()], U1(0))?);
+    let a = AsyncArray::<T, U1>::random(Arc::clone(&s), 1).to_device(&dev)?;
+    let b = AsyncArray::<T, U1>::random(s, 2).to_device(&dev)?;
+    let mm = Contraction::new("ab,bc->ac")?;
+    let plan = mm.plan(&a, &b)?;
+    let c = DeviceArray::<T, U1>::zeros(Arc::clone(plan.output()), &dev)?;
+    let flops: f64 = dims.iter().map(|&d| 2.0 * (d as f64).powi(3)).sum();
+    let product = || -> Result<()> {
+        runtime.enter(|| mm.apply_into(T::ONE, &a, &b, T::ZERO, &c))?;
+        c.wait()?; // enqueued
+        dev.synchronize()?; // done
+        Ok(())
+    };
+    product()?;
+    let block = Row {
+        what: "tessera block GEMM",
+        shape: format!("{} blocks", dims.len()),
+        flops,
+        time: median_time(reps, product)?,
+    };
+    let n = ((flops / 2.0).cbrt().round() as usize).max(1);
+    let da = dev.upload(&vec![T::from_f64(0.5); n * n])?;
+    let db = dev.upload(&vec![T::from_f64(0.25); n * n])?;
+    let mut dc = dev.alloc_zeros::<T>(n * n)?;
+    let full = MatLayout::contiguous(n, n);
+    let mut dense_gemm = || -> Result<()> {
+        dev.gemm(
+            dc.mat_mut(full),
+            T::ZERO,
+            da.mat(full),
+            Op::Identity,
+            db.mat(full),
+            Op::Identity,
+            T::ONE,
+        )?;
+        dev.synchronize()?;
+        Ok(())
+    };
+    dense_gemm()?;
+    let dense = Row {
+        what: "dense cuBLAS GEMM",
+        shape: format!("{n}x{n}x{n}"),
+        flops: 2.0 * (n as f64).powi(3),
+        time: median_time(reps, dense_gemm)?,
+    };
+    Ok((block, dense, plan.to_string()))
+}
+
 fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -248,24 +314,31 @@ fn run() -> Result<()> {
         std::thread::available_parallelism()?.get(),
     )?;
     let json_path: String = flag(&args, "--json", "block_gemm.json".to_owned())?;
-    match backend.as_str() {
-        "cpu" => {}
-        "cuda" => {
+    let runtime = Runtime::new(threads)?;
+    let unknown_type = || flag_error("--type", format!("unknown type {scalar:?}"));
+    let (block, dense, plan) = match (backend.as_str(), scalar.as_str()) {
+        ("cpu", "f32") => measure::<f32>(&runtime, &dims, reps, threads)?,
+        ("cpu", "f64") => measure::<f64>(&runtime, &dims, reps, threads)?,
+        ("cpu", "c32") => measure::<faer::c32>(&runtime, &dims, reps, threads)?,
+        ("cpu", "c64") => measure::<faer::c64>(&runtime, &dims, reps, threads)?,
+        ("cpu", _) => return Err(unknown_type().into()),
+        #[cfg(feature = "cuda")]
+        ("cuda", "f32") => measure_cuda::<f32>(&runtime, &dims, reps)?,
+        #[cfg(feature = "cuda")]
+        ("cuda", "f64") => measure_cuda::<f64>(&runtime, &dims, reps)?,
+        #[cfg(feature = "cuda")]
+        ("cuda", _) => {
+            return Err(flag_error("--type", "the cuda backend takes f32 or f64").into());
+        }
+        #[cfg(not(feature = "cuda"))]
+        ("cuda", _) => {
             return Err(DriverError::BackendNotBuilt {
                 backend,
-                needs: "the `cuda` feature of tessera-backends (cudarc, cuBLAS)",
+                needs: "the `cuda` feature (cargo run --features cuda ...)",
             }
             .into());
         }
         _ => return Err(flag_error("--backend", format!("unknown backend {backend:?}")).into()),
-    }
-    let runtime = Runtime::new(threads)?;
-    let (block, dense, plan) = match scalar.as_str() {
-        "f32" => measure::<f32>(&runtime, &dims, reps, threads)?,
-        "f64" => measure::<f64>(&runtime, &dims, reps, threads)?,
-        "c32" => measure::<faer::c32>(&runtime, &dims, reps, threads)?,
-        "c64" => measure::<faer::c64>(&runtime, &dims, reps, threads)?,
-        _ => return Err(flag_error("--type", format!("unknown type {scalar:?}")).into()),
     };
     let ratio = block.gflops() / dense.gflops();
     let (min, max) = (dims.iter().min().unwrap(), dims.iter().max().unwrap());
