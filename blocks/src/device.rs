@@ -228,7 +228,8 @@ pub fn enqueue<T: CudaScalar, S: AbelianSector, R>(
 
 /// Block `id` of `s` as a column-major matrix in the allocation: legs `..rows` folded into
 /// rows, the rest into columns, columns `ld` apart (its coupled sector's row count, or its
-/// own rows in a packed sector); `None` for an unknown block or `rows` past its legs.
+/// own rows in a packed sector); `None` for an unknown block, `rows` past its legs, or a fold
+/// its strides do not allow (it always allows `rows = s.n_codomain()`).
 pub fn block_matrix<S: AbelianSector>(
     s: &BlockStructure<S>,
     id: usize,
@@ -241,11 +242,27 @@ pub fn block_matrix<S: AbelianSector>(
     }
     let r: usize = shape[..rows].iter().product();
     let c: usize = shape[rows..].iter().product();
-    let ld = if rows < shape.len() && c > 1 {
-        strides[rows]
-    } else {
-        r.max(1)
+    let ld = match shape[rows..].iter().position(|&d| d > 1) {
+        Some(k) => strides[rows + k],
+        None => r.max(1),
     };
+    // The fold holds when the row legs step column-major inside a column and the column
+    // legs step by multiples of `ld` (axes of extent 1 take no step).
+    let (mut row_step, mut col_step) = (1, ld);
+    for (k, (&d, &st)) in shape.iter().zip(strides).enumerate() {
+        let step = if k < rows {
+            &mut row_step
+        } else {
+            &mut col_step
+        };
+        if d > 1 && st != *step {
+            return None;
+        }
+        *step *= d;
+    }
+    if r > ld && c > 1 {
+        return None;
+    }
     Some(MatLayout {
         offset: b.offset(),
         rows: r,
@@ -718,5 +735,67 @@ impl<T: CudaScalar, S: AbelianSector> AsyncArray<T, S> {
             Ok(result?)
         })?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Kind, random_mask, random_structure};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+    use tessera_core::for_each_offset;
+
+    /// Runs everywhere: a block's matrix reaches exactly its elements (the structure's
+    /// offsets and strides), and the runs of a set of blocks cover exactly their elements,
+    /// merged (one run for all the blocks of a structure without packed sectors).
+    #[test]
+    fn block_matrices_and_runs_cover_exactly_the_blocks() {
+        fn run<S: Kind>(seed: u64) {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            for _ in 0..200 {
+                let mut s = random_structure::<S>(&mut rng);
+                if rng.gen_bool(0.3) {
+                    s = s
+                        .with_present(&random_mask(&mut rng, s.num_allowed()))
+                        .unwrap();
+                }
+                let ids: Vec<usize> = (0..s.num_blocks()).filter(|_| rng.gen_bool(0.6)).collect();
+                let mut want = Vec::new();
+                for &id in &ids {
+                    let b = s.block(id).unwrap();
+                    let strides: Vec<isize> = b.strides().iter().map(|&x| x as isize).collect();
+                    let mut elems = Vec::new();
+                    for_each_offset(b.shape(), &strides, |_, at| {
+                        elems.push(b.offset() + at as usize)
+                    });
+                    // The matrix of any fold the strides allow reaches the same elements.
+                    for rows in 0..=b.shape().len() {
+                        let Some(m) = block_matrix(&s, id, rows) else {
+                            assert_ne!(rows, s.n_codomain(), "block {id}: the layout's fold");
+                            continue;
+                        };
+                        let mut reach: Vec<usize> = (0..m.cols)
+                            .flat_map(|j| (0..m.rows).map(move |i| m.offset + j * m.ld + i))
+                            .collect();
+                        let mut sorted = elems.clone();
+                        reach.sort_unstable();
+                        sorted.sort_unstable();
+                        assert_eq!(reach, sorted, "block {id} rows {rows}");
+                    }
+                    want.extend(elems);
+                }
+                want.sort_unstable();
+                let runs = element_runs(&s, &ids);
+                let got: Vec<usize> = runs.iter().flat_map(|r| r.clone()).collect();
+                assert_eq!(got, want);
+                assert!(runs.windows(2).all(|w| w[0].end < w[1].start), "merged");
+                let all: Vec<usize> = (0..s.num_blocks()).collect();
+                if s.sectors().iter().all(|c| c.is_dense()) && s.num_blocks() > 0 {
+                    assert_eq!(element_runs(&s, &all), vec![0..s.total_len()]);
+                }
+            }
+        }
+        crate::for_each_kind!(run);
     }
 }
