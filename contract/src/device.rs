@@ -6,9 +6,11 @@
 //! - The lowering reads only the plan and the structures: every call's matrices are blocks
 //!   (or dense coupled sectors) of `A'`, `B'` and the GEMMs' target, at the structure's
 //!   offsets and leading dims, so the bounds the backend checks always hold.
-//! - Each output block's calls are consecutive and in the plan's pair order, the first with
-//!   the starting `beta` and the rest accumulating (`beta = 1`); on one stream they run in
-//!   that order, so the sums are those of the CPU backend's tasks.
+//! - Each output block's calls are in the plan's pair order, the first with the starting
+//!   `beta` and the rest accumulating (`beta = 1`), and they are launched in layers
+//!   ([`layers`]: the `n`-th call into every output in layer `n`, batched by shape into
+//!   pointer-array or grouped GEMMs), so no launch writes a matrix twice and, the stream
+//!   running the layers in order, the sums are those of the CPU backend's tasks.
 //! - The work is enrolled as one task per step (operand permutes, the GEMMs, the output
 //!   permute), each on the composite of exactly the blocks it touches; each task enqueues
 //!   on the device's stream and returns, so a contraction costs no host wait.
@@ -16,8 +18,11 @@
 use crate::error::Error;
 use crate::operand::Operand;
 use crate::plan::Plan;
+use std::collections::HashMap;
 use std::sync::Arc;
-use tessera_backends::cuda::{CudaScalar, MatLayout, Op};
+use tessera_backends::cuda::{
+    BatchBuffers, CudaScalar, GemmEntry, GemmGroup, MatLayout, Op, probe_grouped,
+};
 use tessera_blocks::device::enqueue;
 use tessera_blocks::{AbelianSector, BlockStructure, Blocks, DeviceArray};
 use tessera_core::{Domain, schedule_named};
@@ -81,6 +86,59 @@ pub(crate) fn gemm_calls<S: AbelianSector>(
     calls
 }
 
+/// One launch of a lowered plan: calls of one shape (dims and leading dims) and one starting
+/// kind, as one pointer-array batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Batch {
+    pub(crate) first: bool,
+    pub(crate) entries: Vec<GemmEntry>,
+}
+
+/// The calls in layers (layer `n`: the `n`-th call into each output matrix, so no layer
+/// writes one matrix twice and each matrix's calls keep their order across layers), each
+/// layer split into batches of one shape and starting kind, in first-seen order.
+pub(crate) fn layers(calls: &[GemmCall]) -> Vec<Vec<Batch>> {
+    let mut seen: HashMap<usize, usize> = HashMap::new();
+    let mut layers: Vec<Vec<Batch>> = Vec::new();
+    for call in calls {
+        let n = seen.entry(call.c.offset).or_insert(0);
+        if layers.len() <= *n {
+            layers.push(Vec::new());
+        }
+        let layer = &mut layers[*n];
+        *n += 1;
+        let shape = |e: &GemmEntry| [e.a, e.b, e.c].map(|m| (m.rows, m.cols, m.ld));
+        let entry = GemmEntry {
+            a: call.a,
+            b: call.b,
+            c: call.c,
+        };
+        match layer
+            .iter_mut()
+            .find(|b| b.first == call.first && shape(&b.entries[0]) == shape(&entry))
+        {
+            Some(batch) => batch.entries.push(entry),
+            None => layer.push(Batch {
+                first: call.first,
+                entries: vec![entry],
+            }),
+        }
+    }
+    layers
+}
+
+/// A batch as cuBLAS's group: real types, matrix forms (no op), the starting `beta` for a
+/// batch of first calls and 1 for one that accumulates.
+fn group_of<T: CudaScalar>(batch: &Batch, alpha: T, first_beta: T) -> GemmGroup<'_, T> {
+    GemmGroup {
+        op_a: Op::Identity,
+        op_b: Op::Identity,
+        alpha,
+        beta: if batch.first { first_beta } else { T::ONE },
+        entries: &batch.entries,
+    }
+}
+
 /// `x` in its matrix form on its device: itself, or a permuted temporary.
 fn matrix_form<T: CudaScalar, S: AbelianSector>(
     plan: &Plan<S>,
@@ -141,7 +199,15 @@ impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
         let first_beta = if overwrite { T::ZERO } else { beta };
         // Real types only: conjugation is the identity, and every operand is already in
         // its matrix form, so no call transposes.
-        let calls = gemm_calls(plan, am.structure(), bm.structure(), target.structure());
+        let layers = layers(&gemm_calls(
+            plan,
+            am.structure(),
+            bm.structure(),
+            target.structure(),
+        ));
+        // One grouped call per layer where cuBLAS has grouped GEMM (12.5+), else one
+        // pointer-array call per batch (a single GEMM for a batch of one).
+        let grouped = probe_grouped().is_ok();
         let all = |x: &DeviceArray<T, S>| x.blocks(&(0..x.num_blocks()).collect::<Vec<_>>());
         let out = all(target)?;
         let out = if overwrite {
@@ -162,17 +228,37 @@ impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
                 .collect();
             enqueue(Some(&mut xc), &[&xa, &xb], |dev, cbuf, srcs| {
                 let cbuf = cbuf.expect("a write was given");
-                for call in &calls {
-                    let beta = if call.first { first_beta } else { T::ONE };
-                    dev.gemm(
-                        cbuf.mat_mut(call.c),
-                        beta,
-                        srcs[0].mat(call.a),
-                        Op::Identity,
-                        srcs[1].mat(call.b),
-                        Op::Identity,
-                        alpha,
-                    )?;
+                for layer in &layers {
+                    let group = |b| group_of(b, alpha, first_beta);
+                    if grouped && layer.len() > 1 {
+                        let groups: Vec<_> = layer.iter().map(group).collect();
+                        let bufs = BatchBuffers {
+                            c: &mut *cbuf,
+                            a: srcs[0],
+                            b: srcs[1],
+                        };
+                        dev.gemm_grouped(bufs, &groups)?;
+                        continue;
+                    }
+                    for batch in layer {
+                        let bufs = BatchBuffers {
+                            c: &mut *cbuf,
+                            a: srcs[0],
+                            b: srcs[1],
+                        };
+                        match batch.entries.as_slice() {
+                            [one] => dev.gemm(
+                                bufs.c.mat_mut(one.c),
+                                group(batch).beta,
+                                srcs[0].mat(one.a),
+                                Op::Identity,
+                                srcs[1].mat(one.b),
+                                Op::Identity,
+                                alpha,
+                            )?,
+                            _ => dev.gemm_batched(bufs, group(batch))?,
+                        }
+                    }
                 }
                 // Blocks no pair writes: zero where the GEMMs overwrite, else beta C.
                 for layout in &idle {
@@ -334,10 +420,44 @@ mod tests {
                 let (am, bm) = (am.as_ref().unwrap_or(&a), bm.as_ref().unwrap_or(&b));
                 let calls = gemm_calls(&plan, am.structure(), bm.structure(), &plan.product);
                 // NaN where nothing writes: a call that reads before its first write shows.
+                // Evaluated as launched: layer by layer, batch by batch.
                 let mut fc = vec![f64::NAN; plan.product.total_len()];
-                for &call in &calls {
-                    reference_gemm(&mut fc, call, 1.5, &flat(am), &flat(bm));
+                let (fa, fb) = (flat(am), flat(bm));
+                let launched = layers(&calls);
+                for batch in launched.iter().flatten() {
+                    let first = batch.entries[0];
+                    let same = |m: MatLayout, n: MatLayout| {
+                        (m.rows, m.cols, m.ld) == (n.rows, n.cols, n.ld)
+                    };
+                    for e in &batch.entries {
+                        assert!(same(e.a, first.a) && same(e.b, first.b) && same(e.c, first.c));
+                        let call = GemmCall {
+                            a: e.a,
+                            b: e.b,
+                            c: e.c,
+                            first: batch.first,
+                        };
+                        reference_gemm(&mut fc, call, 1.5, &fa, &fb);
+                    }
                 }
+                for layer in &launched {
+                    let mut outs: Vec<usize> = layer
+                        .iter()
+                        .flat_map(|b| b.entries.iter().map(|e| e.c.offset))
+                        .collect();
+                    let n = outs.len();
+                    outs.sort_unstable();
+                    outs.dedup();
+                    assert_eq!(outs.len(), n, "a layer writes one matrix twice");
+                }
+                assert_eq!(
+                    launched
+                        .iter()
+                        .flatten()
+                        .map(|b| b.entries.len())
+                        .sum::<usize>(),
+                    calls.len()
+                );
                 let n_rows = plan.product.n_codomain();
                 for &i in &plan.idle {
                     let m = tessera_blocks::device::block_matrix(&plan.product, i, n_rows).unwrap();
