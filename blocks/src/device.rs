@@ -99,8 +99,8 @@ impl<T: CudaScalar, S: AbelianSector> DeviceBlocks<T, S> {
     }
 
     /// Block `k` of the set as a column-major matrix in the allocation: its first `rows`
-    /// legs folded into rows, the rest into columns (the leading dim is its coupled sector's
-    /// row count). `None` past the end or for `rows` past the legs.
+    /// legs folded into rows, the rest into columns ([`block_matrix`]). `None` past the end,
+    /// or for a fold the layout does not allow.
     pub fn matrix(&self, k: usize, rows: usize) -> Option<MatLayout> {
         block_matrix(&self.structure, *self.ids.get(k)?, rows)
     }
@@ -110,11 +110,25 @@ impl<T: CudaScalar, S: AbelianSector> DeviceBlocks<T, S> {
     pub fn runs(&self) -> Vec<Range<usize>> {
         element_runs(&self.structure, &self.ids)
     }
+
+    /// [`runs`](Self::runs), each cut into pieces that fit cuBLAS's 32-bit lengths.
+    fn blas_runs(&self) -> Vec<Range<usize>> {
+        const MOST: usize = i32::MAX as usize;
+        self.runs()
+            .into_iter()
+            .flat_map(|r| {
+                (r.start..r.end)
+                    .step_by(MOST)
+                    .map(move |start| start..(start + MOST).min(r.end))
+            })
+            .collect()
+    }
 }
 
-// SAFETY: the views reach no host memory at all (device memory is reached only by work
-// enqueued through `enqueue`, under the storage's lock), and the region is paired only with
-// the records of exactly its blocks (`DeviceArray::blocks`), which no other block shares.
+// SAFETY: the views reach no host memory at all: device memory is reached only by work
+// enqueued through `enqueue`, under the storage's lock (so Rust never sees two live `&mut`
+// of one buffer handle); the region is paired only with the records of exactly its blocks
+// (`DeviceArray::blocks`), and the operations here touch only those blocks' elements.
 unsafe impl<T: CudaScalar, S: AbelianSector> Region for DeviceBlocks<T, S> {
     type Ref<'a> = DeviceRead<'a, T, S>;
     type Mut<'a> = DeviceWrite<'a, T, S>;
@@ -157,6 +171,11 @@ impl<'a, T, S: AbelianSector> std::ops::Deref for DeviceWrite<'a, T, S> {
 /// each of `reads` shared (in order; a storage read twice is handed out twice), all on the
 /// device of the first operand, whose handle `f` gets. `f` enqueues work on that device's
 /// stream; nothing here waits for it.
+///
+/// The buffers are whole allocations: `f` must touch only the elements of the blocks its
+/// grants name ([`DeviceBlocks::matrix`], [`DeviceBlocks::runs`]); the hazard records order
+/// exactly those. The storages stay locked while `f` runs, so `f` must not call `enqueue`
+/// on them again (that would wait for itself).
 ///
 /// # Errors
 ///
@@ -276,9 +295,7 @@ pub fn block_matrix<S: AbelianSector>(
 fn element_runs<S: AbelianSector>(s: &BlockStructure<S>, ids: &[usize]) -> Vec<Range<usize>> {
     let mut runs = Vec::new();
     for &id in ids {
-        let Some(m) = block_matrix(s, id, s.n_codomain()) else {
-            continue;
-        };
+        let m = block_matrix(s, id, s.n_codomain()).expect("the layout's fold of a block");
         if m.rows == 0 || m.cols == 0 {
             continue;
         }
@@ -445,8 +462,10 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
     }
 
     /// A host copy, by one task that enqueues the copy after the work the blocks depend on
-    /// and waits for the stream before it completes: the host array's readers wait for that
-    /// task, so for exactly the device work they depend on.
+    /// and waits for the stream before it completes (the stream: so also for any device work
+    /// enqueued before it); the host array's readers wait for that task. A device fault from
+    /// earlier asynchronous work surfaces here (or at the next call that checks), as CUDA
+    /// reports it.
     ///
     /// # Errors
     ///
@@ -495,7 +514,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
                 src_buf = s.buffer.lock();
             }
             d.device
-                .copy_from_device(&s.device, &src_buf, &mut dst_buf)
+                .copy_from_device(&src_buf, &mut dst_buf)
                 .map_err(Error::Cuda)?;
             Ok(())
         })?;
@@ -511,7 +530,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
     pub fn scale(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
         let y = self.selected(blocks)?.into_write();
         schedule_named("device.scale", y, move |mut y| {
-            let runs = y.runs();
+            let runs = y.blas_runs();
             enqueue(Some(&mut y), &[], |dev, y, _| {
                 let y = y.expect("a write was given");
                 runs.iter()
@@ -537,7 +556,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         let ids = blocks.resolve(self.num_blocks())?;
         let access = (x.blocks(&ids)?.into_read(), self.blocks(&ids)?.into_write());
         schedule_named("device.axpy", access, move |(x, mut y)| {
-            let runs = y.runs();
+            let runs = y.blas_runs();
             enqueue(Some(&mut y), &[&x], |dev, y, xs| {
                 let y = y.expect("a write was given");
                 runs.iter()
@@ -558,7 +577,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         let x = self.selected(blocks)?.into_read();
         let out = Async::new(T::ZERO);
         schedule_named("device.norm", (x, out.overwrite()), |(x, out)| {
-            let runs = x.runs();
+            let runs = x.blas_runs();
             let squares = enqueue(None, &[&x], |dev, _, xs| {
                 runs.iter().try_fold(0.0_f64, |acc, r| {
                     let n = dev.nrm2(xs[0].vec(run(r)))?.to_c64().re;
@@ -589,7 +608,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
             out.overwrite(),
         );
         schedule_named("device.inner", access, |(x, y, out)| {
-            let runs = x.runs();
+            let runs = x.blas_runs();
             let sum = enqueue(None, &[&x, &y], |dev, _, bufs| {
                 runs.iter().try_fold(0.0_f64, |acc, r| {
                     let d = dev
@@ -652,6 +671,8 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
                 operation: "permute_into",
             });
         }
+        // Without NVRTC the kernel cannot be built: say so now, not by a poisoned output.
+        tessera_backends::cuda::probe_nvrtc()?;
         let ids = blocks.resolve(self.num_blocks())?;
         let targets: Vec<usize> = ids.iter().map(|&i| permuted.block_map[i]).collect();
         let negative: Vec<bool> = ids.iter().map(|&i| permuted.negative[i]).collect();
@@ -775,13 +796,11 @@ mod tests {
                             assert_ne!(rows, s.n_codomain(), "block {id}: the layout's fold");
                             continue;
                         };
-                        let mut reach: Vec<usize> = (0..m.cols)
+                        // In order: element k of the block is (k % rows, k / rows).
+                        let reach: Vec<usize> = (0..m.cols)
                             .flat_map(|j| (0..m.rows).map(move |i| m.offset + j * m.ld + i))
                             .collect();
-                        let mut sorted = elems.clone();
-                        reach.sort_unstable();
-                        sorted.sort_unstable();
-                        assert_eq!(reach, sorted, "block {id} rows {rows}");
+                        assert_eq!(reach, elems, "block {id} rows {rows}");
                     }
                     want.extend(elems);
                 }

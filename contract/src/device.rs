@@ -11,9 +11,11 @@
 //!   ([`layers`]: the `n`-th call into every output in layer `n`, batched by shape into
 //!   pointer-array or grouped GEMMs), so no launch writes a matrix twice and, the stream
 //!   running the layers in order, the sums are those of the CPU backend's tasks.
-//! - The work is enrolled as one task per step (operand permutes, the GEMMs, the output
-//!   permute), each on the composite of exactly the blocks it touches; each task enqueues
-//!   on the device's stream and returns, so a contraction costs no host wait.
+//! - Every temporary is allocated, and NVRTC probed when a permute is needed, before the
+//!   first task is enrolled, so an error enrolls nothing.
+//! - The work is enrolled as one task per step (operand permutes, the GEMMs on the composite
+//!   of all blocks of `A'`, `B'` and the target, the output permute); each task enqueues on
+//!   the device's stream and returns, so a contraction costs no host wait.
 
 use crate::error::Error;
 use crate::operand::Operand;
@@ -139,19 +141,20 @@ fn group_of<T: CudaScalar>(batch: &Batch, alpha: T, first_beta: T) -> GemmGroup<
     }
 }
 
-/// `x` in its matrix form on its device: itself, or a permuted temporary.
-fn matrix_form<T: CudaScalar, S: AbelianSector>(
+/// The temporary for `x`'s matrix form on its device, when it is permuted (allocated only:
+/// every allocation comes before the first task, so an error enrolls nothing).
+fn matrix_temp<T: CudaScalar, S: AbelianSector>(
     plan: &Plan<S>,
     which: usize,
     x: &DeviceArray<T, S>,
 ) -> Result<Option<DeviceArray<T, S>>, Error> {
-    let op = &plan.operands[which];
-    let Some((perm, permuted)) = &op.permute else {
-        return Ok(None);
-    };
-    let tmp = DeviceArray::zeros(Arc::clone(&op.matrix), x.device())?;
-    x.permute_into_with(permuted, perm, &tmp, Blocks::All)?;
-    Ok(Some(tmp))
+    match &plan.operands[which].permute {
+        Some(_) => Ok(Some(DeviceArray::zeros(
+            Arc::clone(&plan.operands[which].matrix),
+            x.device(),
+        )?)),
+        None => Ok(None),
+    }
 }
 
 impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
@@ -183,10 +186,14 @@ impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
         c: &Self,
         fresh: bool,
     ) -> Result<(), Error> {
-        let a_tmp = matrix_form(plan, 0, a)?;
-        let b_tmp = matrix_form(plan, 1, b)?;
-        let am = a_tmp.as_ref().unwrap_or(a);
-        let bm = b_tmp.as_ref().unwrap_or(b);
+        let permutes =
+            plan.operands.iter().any(|o| o.permute.is_some()) || plan.output_permute.is_some();
+        if permutes {
+            tessera_backends::cuda::probe_nvrtc().map_err(tessera_blocks::Error::from)?;
+        }
+        // Every temporary first: an allocation that fails enrolls nothing.
+        let a_tmp = matrix_temp(plan, 0, a)?;
+        let b_tmp = matrix_temp(plan, 1, b)?;
         let product_tmp = match &plan.output_permute {
             Some(_) => Some(DeviceArray::<T, S>::zeros(
                 Arc::clone(&plan.product),
@@ -194,6 +201,20 @@ impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
             )?),
             None => None,
         };
+        let moved = match product_tmp {
+            Some(_) if !(fresh || beta == T::ZERO) => Some(DeviceArray::<T, S>::zeros(
+                Arc::clone(plan.output()),
+                c.device(),
+            )?),
+            _ => None,
+        };
+        for (which, x, tmp) in [(0, a, &a_tmp), (1, b, &b_tmp)] {
+            if let (Some((perm, permuted)), Some(tmp)) = (&plan.operands[which].permute, tmp) {
+                x.permute_into_with(permuted, perm, tmp, Blocks::All)?;
+            }
+        }
+        let am = a_tmp.as_ref().unwrap_or(a);
+        let bm = b_tmp.as_ref().unwrap_or(b);
         let target = product_tmp.as_ref().unwrap_or(c);
         let overwrite = fresh || product_tmp.is_some() || beta == T::ZERO;
         let first_beta = if overwrite { T::ZERO } else { beta };
@@ -279,15 +300,15 @@ impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
             Ok(())
         })?;
         if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
-            if fresh || beta == T::ZERO {
-                product.permute_into_with(permuted, perm, c, Blocks::All)?;
-            } else {
-                let moved = DeviceArray::zeros(Arc::clone(plan.output()), c.device())?;
-                product.permute_into_with(permuted, perm, &moved, Blocks::All)?;
-                if beta != T::ONE {
-                    c.scale(beta, Blocks::All)?;
+            match &moved {
+                None => product.permute_into_with(permuted, perm, c, Blocks::All)?,
+                Some(moved) => {
+                    product.permute_into_with(permuted, perm, moved, Blocks::All)?;
+                    if beta != T::ONE {
+                        c.scale(beta, Blocks::All)?;
+                    }
+                    c.axpy(T::ONE, moved, Blocks::All)?;
                 }
-                c.axpy(T::ONE, &moved, Blocks::All)?;
             }
         }
         Ok(())

@@ -688,23 +688,20 @@ impl CudaDevice {
         self.synchronize()
     }
 
-    /// Copies `src`, a buffer of `source` (this device or another), into `dst` on this device,
-    /// of the same length, stream-ordered on both sides with no host wait: this stream waits
-    /// for the work enqueued on `source`'s stream so far (so the copy reads what it wrote),
-    /// and `source`'s stream waits for the copy (so later writes of `src` there do not race
-    /// with it).
+    /// Copies `src` (a buffer of this device or another) into `dst` on this device, of the
+    /// same length, stream-ordered on both sides with no host wait: this stream waits for the
+    /// work enqueued so far on the stream `src` belongs to (so the copy reads what it wrote),
+    /// and that stream waits for the copy (so later writes of `src` there do not race it).
     ///
     /// # Errors
     ///
-    /// [`CudaError::LengthMismatch`], [`CudaError::WrongDevice`] (`src` not on `source`, `dst`
-    /// not on this device): nothing is enqueued; or the driver's error.
+    /// [`CudaError::LengthMismatch`], [`CudaError::WrongDevice`] (`dst` not on this device):
+    /// nothing is enqueued; or the driver's error.
     pub fn copy_from_device<T: CudaScalar>(
         &self,
-        source: &CudaDevice,
         src: &DeviceBuffer<T>,
         dst: &mut DeviceBuffer<T>,
     ) -> Result<(), CudaError> {
-        source.check_device("the source", src)?;
         self.check_device("the destination", dst)?;
         if src.len() != dst.len() {
             return Err(CudaError::LengthMismatch {
@@ -717,27 +714,27 @@ impl CudaDevice {
             return Ok(());
         }
         self.bind()?;
-        if source.ordinal() != self.ordinal() {
+        // The stream the source's buffer is ordered on (its device's, whichever handle).
+        let source = src.slice.stream();
+        let other = !Arc::ptr_eq(source, &self.stream);
+        if other {
             let ready = source
-                .stream
                 .record_event(None)
                 .map_err(driver("record the source stream's work"))?;
             self.stream
                 .wait(&ready)
                 .map_err(driver("wait for the source stream"))?;
         }
-        // Same context: an ordinary copy on this stream; another: a peer copy (cudarc makes
-        // this stream wait for the slice's own stream too).
+        // Same context: an ordinary copy on this stream; another: a peer copy.
         self.stream
             .memcpy_dtod(&src.slice, &mut dst.slice)
             .map_err(driver("copy device memory between devices"))?;
-        if source.ordinal() != self.ordinal() {
+        if other {
             let done = self
                 .stream
                 .record_event(None)
                 .map_err(driver("record the copy"))?;
             source
-                .stream
                 .wait(&done)
                 .map_err(driver("make the source stream wait for the copy"))?;
         }
