@@ -567,8 +567,9 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         Ok(())
     }
 
-    /// The Frobenius norm of the selected blocks, through cuBLAS's nrm2. The result is a host
-    /// value: its task waits for the stream.
+    /// The Frobenius norm of the selected blocks, through cuBLAS's nrm2 (one per element
+    /// run, each into a device slot). The result is a host value: its task copies the slots
+    /// back, waiting for the stream after it has released the storage.
     ///
     /// # Errors
     ///
@@ -578,12 +579,15 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         let out = Async::new(T::ZERO);
         schedule_named("device.norm", (x, out.overwrite()), |(x, out)| {
             let runs = x.blas_runs();
-            let squares = enqueue(None, &[&x], |dev, _, xs| {
-                runs.iter().try_fold(0.0_f64, |acc, r| {
-                    let n = dev.nrm2(xs[0].vec(run(r)))?.to_c64().re;
-                    Ok(acc + n * n)
-                })
+            let (dev, slots) = enqueue(None, &[&x], |dev, _, xs| {
+                let mut slots = dev.alloc_zeros::<T>(runs.len())?;
+                for (k, r) in runs.iter().enumerate() {
+                    dev.nrm2_into(xs[0].vec(run(r)), &mut slots, k)?;
+                }
+                Ok((Arc::clone(x.device()), slots))
             })?;
+            let norms = dev.download(&slots).map_err(Error::Cuda)?;
+            let squares: f64 = norms.iter().map(|n| n.to_c64().re.powi(2)).sum();
             *out = T::from_f64(squares.sqrt());
             Ok(())
         })?;
@@ -609,16 +613,15 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         );
         schedule_named("device.inner", access, |(x, y, out)| {
             let runs = x.blas_runs();
-            let sum = enqueue(None, &[&x, &y], |dev, _, bufs| {
-                runs.iter().try_fold(0.0_f64, |acc, r| {
-                    let d = dev
-                        .dot(bufs[0].vec(run(r)), bufs[1].vec(run(r)))?
-                        .to_c64()
-                        .re;
-                    Ok(acc + d)
-                })
+            let (dev, slots) = enqueue(None, &[&x, &y], |dev, _, bufs| {
+                let mut slots = dev.alloc_zeros::<T>(runs.len())?;
+                for (k, r) in runs.iter().enumerate() {
+                    dev.dot_into(bufs[0].vec(run(r)), bufs[1].vec(run(r)), &mut slots, k)?;
+                }
+                Ok((Arc::clone(x.device()), slots))
             })?;
-            *out = T::from_f64(sum);
+            let parts = dev.download(&slots).map_err(Error::Cuda)?;
+            *out = T::from_f64(parts.iter().map(|p| p.to_c64().re).sum());
             Ok(())
         })?;
         Ok(out)

@@ -19,6 +19,7 @@
 
 use crate::error::Error;
 use crate::operand::Operand;
+use crate::operand::sealed::{Sealed, Token};
 use crate::plan::Plan;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -158,14 +159,19 @@ fn matrix_temp<T: CudaScalar, S: AbelianSector>(
 }
 
 impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
-    type Elem = T;
-    type Sector = S;
+    type Scalar = T;
+    type Symmetry = S;
 
     fn structure(&self) -> &Arc<BlockStructure<S>> {
         DeviceArray::structure(self)
     }
+}
 
-    fn domain(&self) -> Domain {
+impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
+    type Elem = T;
+    type Sector = S;
+
+    fn domain_of(&self) -> Domain {
         DeviceArray::domain(self)
     }
 
@@ -173,7 +179,7 @@ impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
         DeviceArray::same_storage(self, other)
     }
 
-    fn output(&self, structure: &Arc<BlockStructure<S>>) -> Result<Self, Error> {
+    fn output(&self, structure: &Arc<BlockStructure<S>>, _: Token) -> Result<Self, Error> {
         Ok(DeviceArray::zeros(Arc::clone(structure), self.device())?)
     }
 
@@ -185,6 +191,7 @@ impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
         beta: T,
         c: &Self,
         fresh: bool,
+        _: Token,
     ) -> Result<(), Error> {
         let permutes =
             plan.operands.iter().any(|o| o.permute.is_some()) || plan.output_permute.is_some();

@@ -14,6 +14,7 @@
 use crate::cache::PlanCache;
 use crate::error::Error;
 use crate::operand::Operand;
+use crate::operand::sealed::Token;
 use crate::plan::Plan;
 use crate::spec::Spec;
 use std::sync::Arc;
@@ -97,9 +98,13 @@ impl Contraction {
     /// # Errors
     ///
     /// [`Error::Arity`] or [`Error::Legs`] when the operands do not fit the spec.
-    pub fn plan<A: Operand>(&self, a: &A, b: &A) -> Result<Arc<Plan<A::Sector>>, Error> {
-        self.cache
-            .plan::<A::Elem, A::Sector>(&self.spec, self.conj, a.structure(), b.structure())
+    pub fn plan<A: Operand>(&self, a: &A, b: &A) -> Result<Arc<Plan<A::Symmetry>>, Error> {
+        self.cache.plan::<A::Scalar, A::Symmetry>(
+            &self.spec,
+            self.conj,
+            a.structure(),
+            b.structure(),
+        )
     }
 
     /// `alpha op(A) op(B)` into a new array, in the operands' storage domain and run by its
@@ -110,12 +115,12 @@ impl Contraction {
     ///
     /// As [`plan`](Contraction::plan); operands on different devices give
     /// [`tessera_blocks::Error::DeviceMismatch`]. Nothing is enrolled on error.
-    pub fn apply<A: Operand>(&self, alpha: A::Elem, a: &A, b: &A) -> Result<A, Error> {
+    pub fn apply<A: Operand>(&self, alpha: A::Scalar, a: &A, b: &A) -> Result<A, Error> {
         let plan = self.plan(a, b)?;
         a.check_domain(b)?;
         // Written in full by the tasks (GEMM outputs, zeroed idle blocks, or the permute).
-        let out = a.output(plan.output())?;
-        A::submit(&plan, alpha, a, b, A::Elem::ZERO, &out, true)?;
+        let out = a.output(plan.output(), Token(()))?;
+        A::submit(&plan, alpha, a, b, A::Scalar::ZERO, &out, true, Token(()))?;
         Ok(out)
     }
 
@@ -130,10 +135,10 @@ impl Contraction {
     /// Nothing is enrolled or written on error.
     pub fn apply_into<A: Operand>(
         &self,
-        alpha: A::Elem,
+        alpha: A::Scalar,
         a: &A,
         b: &A,
-        beta: A::Elem,
+        beta: A::Scalar,
         c: &A,
     ) -> Result<(), Error> {
         let plan = self.plan(a, b)?;
@@ -151,7 +156,7 @@ impl Contraction {
                 return Err(Error::Aliased { operand });
             }
         }
-        A::submit(&plan, alpha, a, b, beta, c, false)
+        A::submit(&plan, alpha, a, b, beta, c, false, Token(()))
     }
 }
 

@@ -12,81 +12,96 @@ use tessera_backends::{Field, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure};
 use tessera_core::Domain;
 
-mod sealed {
-    pub trait Sealed {}
+/// What the crate itself calls on an operand: in a private module, so nothing outside the
+/// crate can name these methods (or implement the trait), and every call goes through the
+/// checks of [`Contraction`](crate::Contraction).
+pub(crate) mod sealed {
+    use super::*;
+
+    /// Proof that the caller is this crate: the methods that enroll or allocate take one, so
+    /// even through an `Operand` bound (where supertrait methods resolve) no one else can
+    /// call them.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Token(pub(crate) ());
+
+    pub trait Sealed: Sized {
+        /// The element type.
+        type Elem: Scalar;
+        /// The sector type.
+        type Sector: AbelianSector;
+
+        /// Whether two arrays share storage.
+        fn same_storage(&self, other: &Self) -> bool;
+
+        /// Where the array lives.
+        fn domain_of(&self) -> Domain;
+
+        /// A new array of `structure` in `self`'s domain, to be written in full.
+        fn output(
+            &self,
+            structure: &Arc<BlockStructure<Self::Sector>>,
+            token: Token,
+        ) -> Result<Self, Error>;
+
+        /// Enrolls the plan's work: `c <- alpha op(a) op(b) + beta c` (`fresh`: `c` is new,
+        /// written in full, `beta` ignored). BLAS's argument list, plus the token.
+        #[allow(clippy::too_many_arguments)]
+        fn submit(
+            plan: &Arc<Plan<Self::Sector>>,
+            alpha: Self::Elem,
+            a: &Self,
+            b: &Self,
+            beta: Self::Elem,
+            c: &Self,
+            fresh: bool,
+            token: Token,
+        ) -> Result<(), Error>;
+
+        /// That `other` lives where `self` does.
+        fn check_domain(&self, other: &Self) -> Result<(), Error> {
+            if self.domain_of() == other.domain_of() {
+                Ok(())
+            } else {
+                Err(tessera_blocks::Error::DeviceMismatch {
+                    expected: self.domain_of(),
+                    given: other.domain_of(),
+                }
+                .into())
+            }
+        }
+    }
 }
 
 /// An array a [`Contraction`](crate::Contraction) takes: [`AsyncArray`] (host memory, the CPU
-/// backend) or, with the `cuda` feature, `DeviceArray` (one CUDA device, cuBLAS). Sealed: the
-/// methods past [`structure`](Operand::structure) and [`domain`](Operand::domain) are the
-/// crate's own.
-pub trait Operand: sealed::Sealed + Sized {
+/// backend) or, with the `cuda` feature, `DeviceArray` (one CUDA device, cuBLAS). Sealed.
+pub trait Operand: sealed::Sealed<Elem = Self::Scalar, Sector = Self::Symmetry> {
     /// The element type.
-    type Elem: Scalar;
+    type Scalar: Scalar;
     /// The sector type.
-    type Sector: AbelianSector;
+    type Symmetry: AbelianSector;
 
     /// The descriptor table.
-    fn structure(&self) -> &Arc<BlockStructure<Self::Sector>>;
+    fn structure(&self) -> &Arc<BlockStructure<Self::Symmetry>>;
 
     /// Where the array lives.
-    fn domain(&self) -> Domain;
-
-    /// Whether two arrays share storage.
-    #[doc(hidden)]
-    fn same_storage(&self, other: &Self) -> bool;
-
-    /// That `other` lives where `self` does.
-    #[doc(hidden)]
-    fn check_domain(&self, other: &Self) -> Result<(), Error> {
-        if self.domain() == other.domain() {
-            Ok(())
-        } else {
-            Err(tessera_blocks::Error::DeviceMismatch {
-                expected: self.domain(),
-                given: other.domain(),
-            }
-            .into())
-        }
+    fn domain(&self) -> Domain {
+        self.domain_of()
     }
-
-    /// A new array of `structure` in `self`'s domain, to be written in full.
-    #[doc(hidden)]
-    fn output(&self, structure: &Arc<BlockStructure<Self::Sector>>) -> Result<Self, Error>;
-
-    /// Enrolls the plan's work: `c <- alpha op(a) op(b) + beta c` (`fresh`: `c` is new,
-    /// written in full, `beta` ignored).
-    #[doc(hidden)]
-    fn submit(
-        plan: &Arc<Plan<Self::Sector>>,
-        alpha: Self::Elem,
-        a: &Self,
-        b: &Self,
-        beta: Self::Elem,
-        c: &Self,
-        fresh: bool,
-    ) -> Result<(), Error>;
 }
 
-impl<T: Field, S: AbelianSector> sealed::Sealed for AsyncArray<T, S> {}
-
-impl<T: Field, S: AbelianSector> Operand for AsyncArray<T, S> {
+impl<T: Field, S: AbelianSector> sealed::Sealed for AsyncArray<T, S> {
     type Elem = T;
     type Sector = S;
-
-    fn structure(&self) -> &Arc<BlockStructure<S>> {
-        AsyncArray::structure(self)
-    }
-
-    fn domain(&self) -> Domain {
-        AsyncArray::domain(self)
-    }
 
     fn same_storage(&self, other: &Self) -> bool {
         AsyncArray::same_storage(self, other)
     }
 
-    fn output(&self, structure: &Arc<BlockStructure<S>>) -> Result<Self, Error> {
+    fn domain_of(&self) -> Domain {
+        AsyncArray::domain(self)
+    }
+
+    fn output(&self, structure: &Arc<BlockStructure<S>>, _: sealed::Token) -> Result<Self, Error> {
         Ok(AsyncArray::empty(Arc::clone(structure)))
     }
 
@@ -98,13 +113,17 @@ impl<T: Field, S: AbelianSector> Operand for AsyncArray<T, S> {
         beta: T,
         c: &Self,
         fresh: bool,
+        _: sealed::Token,
     ) -> Result<(), Error> {
         crate::execute::submit(plan, alpha, a, b, beta, c, fresh)
     }
 }
 
-#[cfg(feature = "cuda")]
-impl<T: tessera_backends::cuda::CudaScalar, S: AbelianSector> sealed::Sealed
-    for tessera_blocks::DeviceArray<T, S>
-{
+impl<T: Field, S: AbelianSector> Operand for AsyncArray<T, S> {
+    type Scalar = T;
+    type Symmetry = S;
+
+    fn structure(&self) -> &Arc<BlockStructure<S>> {
+        AsyncArray::structure(self)
+    }
 }
