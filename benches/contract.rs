@@ -8,11 +8,12 @@
 //! - d. the DMRG two-site effective Hamiltonian `L W W R theta` on the U(1) Heisenberg
 //!   structures of `shared/data/heff_heisenberg_chi*.json`, over one dense faer GEMM of the
 //!   same total flops: in the files' chain (L theta, W, W, R, as TeNPy runs it), and in the
-//!   order [`Network::optimal`] picks from the same structures.
+//!   order [`Network::optimal`] picks from the same structures;
+//! - e. with `--features cuda`, on CUDA device 0: (a) and (d) beside one dense cuBLAS GEMM.
 //!
 //! Throughputs are in flops per second (criterion's "elem/s").
 //!
-//! `cargo bench --bench contract`
+//! `cargo bench --bench contract` (`--features cuda -- contract_e` for the GPU group)
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use faer::linalg::matmul::matmul;
@@ -22,7 +23,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
-use tessera::contract::{Contraction, Network, Order, PlanCache, Spec};
+use tessera::contract::{Contraction, Network, Operand, Order, PlanCache, Spec};
 use tessera::prelude::Runtime;
 
 #[global_allocator]
@@ -161,10 +162,11 @@ fn planning(c: &mut Criterion) {
 /// labels contracted on each.
 type Step = (String, String, Vec<String>, Vec<String>);
 
-/// One operand of the data files: its leg labels and the array.
-struct Tensor {
+/// One operand of the data files: its leg labels and the array (on the host, or with the
+/// `cuda` feature on a device).
+struct Tensor<A = AsyncArray<f64, U1>> {
     labels: Vec<String>,
-    array: AsyncArray<f64, U1>,
+    array: A,
 }
 
 fn load_heff(chi: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
@@ -228,13 +230,17 @@ fn load_heff(chi: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
     (tensors, chain)
 }
 
-/// The chain of contractions; returns the result and the total flops.
-fn apply_heff(tensors: &[(String, Tensor)], chain: &[Step]) -> (AsyncArray<f64, U1>, u64) {
-    let mut running: Option<Tensor> = None;
+/// The chain of contractions, run by the operands' backend; returns the result and the total
+/// flops.
+fn apply_heff<A: Operand<Scalar = f64, Symmetry = U1>>(
+    tensors: &[(String, Tensor<A>)],
+    chain: &[Step],
+) -> (A, u64) {
+    let mut running: Option<Tensor<A>> = None;
     let mut flops = 0;
     for (x, y, ax, ay) in chain {
         let previous = running.take();
-        let operand = |name: &str| -> &Tensor {
+        let operand = |name: &str| -> &Tensor<A> {
             if name == "T" {
                 previous.as_ref().expect("T is the running result")
             } else {
@@ -246,7 +252,7 @@ fn apply_heff(tensors: &[(String, Tensor)], chain: &[Step]) -> (AsyncArray<f64, 
             }
         };
         let (a, b) = (operand(x), operand(y));
-        let pos = |t: &Tensor, l: &String| t.labels.iter().position(|x| x == l).unwrap();
+        let pos = |t: &Tensor<A>, l: &String| t.labels.iter().position(|x| x == l).unwrap();
         let axes_a: Vec<usize> = ax.iter().map(|l| pos(a, l)).collect();
         let axes_b: Vec<usize> = ay.iter().map(|l| pos(b, l)).collect();
         let spec = Spec::tensordot(a.labels.len(), b.labels.len(), &axes_a, &axes_b).unwrap();
@@ -373,5 +379,130 @@ fn heff(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, block_gemm, small_blocks, planning, heff);
+/// e. With the `cuda` feature, on CUDA device 0: the block GEMM of (a) with blocks of 256 and
+/// 1024 (f64 and f32) and the H_eff chain of (d), each beside one dense cuBLAS GEMM of the
+/// same flops, all timed to the end of the device's work. Skipped (with a line on stderr)
+/// without a driver or device.
+#[cfg(feature = "cuda")]
+fn on_the_device(c: &mut Criterion) {
+    use tessera::backends::cuda::{CudaDevice, CudaScalar, MatLayout, Op};
+    use tessera::blocks::DeviceArray;
+    let dev = match CudaDevice::open(0) {
+        Ok(dev) => Arc::new(dev),
+        Err(e) => {
+            eprintln!("contract_e_cuda skipped: {e}");
+            return;
+        }
+    };
+    let runtime = Runtime::new(2).unwrap();
+    let mut group = c.benchmark_group("contract_e_cuda");
+    group.sample_size(10);
+    fn dense<T: CudaScalar>(dev: &CudaDevice, flops: u64) -> (impl FnMut() + '_, u64) {
+        let n = ((flops as f64 / 2.0).cbrt().round() as usize).max(1);
+        let a = dev.upload(&vec![T::from_f64(0.5); n * n]).unwrap();
+        let b = dev.upload(&vec![T::from_f64(0.25); n * n]).unwrap();
+        let mut out = dev.alloc_zeros::<T>(n * n).unwrap();
+        let m = MatLayout::contiguous(n, n);
+        let run = move || {
+            dev.gemm(
+                out.mat_mut(m),
+                T::ZERO,
+                a.mat(m),
+                Op::Identity,
+                b.mat(m),
+                Op::Identity,
+                T::ONE,
+            )
+            .unwrap();
+            dev.synchronize().unwrap();
+        };
+        (run, 2 * (n as u64).pow(3))
+    }
+    fn block<T: CudaScalar + tessera::backends::Field>(
+        group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        runtime: &Runtime,
+        dev: &Arc<CudaDevice>,
+        d: usize,
+    ) {
+        let name = std::any::type_name::<T>();
+        let v = Leg::new(Direction::In, (0..16).map(|q| (U1(q), d))).unwrap();
+        let s = Arc::new(BlockStructure::new(vec![v.clone()], vec![v.dual()], U1(0)).unwrap());
+        let a = AsyncArray::<T, U1>::random(Arc::clone(&s), 1)
+            .to_device(dev)
+            .unwrap();
+        let b = AsyncArray::<T, U1>::random(Arc::clone(&s), 2)
+            .to_device(dev)
+            .unwrap();
+        let mm = Contraction::new("ab,bc->ac").unwrap();
+        let plan = mm.plan(&a, &b).unwrap();
+        let out = DeviceArray::<T, U1>::zeros(Arc::clone(plan.output()), dev).unwrap();
+        group.throughput(Throughput::Elements(plan.flops()));
+        group.bench_function(
+            BenchmarkId::new(format!("block_gemm_16x{d}_{name}"), d),
+            |bch| {
+                bch.iter(|| {
+                    runtime
+                        .enter(|| mm.apply_into(T::ONE, &a, &b, T::ZERO, &out))
+                        .unwrap();
+                    out.wait().unwrap();
+                    dev.synchronize().unwrap();
+                })
+            },
+        );
+        let (mut run, flops) = dense::<T>(dev, plan.flops());
+        group.throughput(Throughput::Elements(flops));
+        group.bench_function(
+            BenchmarkId::new(format!("dense_cublas_same_flops_{name}"), d),
+            |bch| bch.iter(&mut run),
+        );
+    }
+    for d in [256, 1024] {
+        block::<f64>(&mut group, &runtime, &dev, d);
+        block::<f32>(&mut group, &runtime, &dev, d);
+    }
+    for chi in [256_usize, 512, 1024] {
+        let (tensors, chain) = load_heff(chi);
+        let tensors: Vec<(String, Tensor<DeviceArray<f64, U1>>)> = tensors
+            .into_iter()
+            .map(|(n, t)| {
+                let array = t.array.to_device(&dev).unwrap();
+                (
+                    n,
+                    Tensor {
+                        labels: t.labels,
+                        array,
+                    },
+                )
+            })
+            .collect();
+        let (_, flops) = runtime.enter(|| apply_heff(&tensors, &chain));
+        group.throughput(Throughput::Elements(flops));
+        group.bench_function(BenchmarkId::new("heff_tessera_cuda", chi), |bch| {
+            bch.iter(|| {
+                let (t, _) = runtime.enter(|| apply_heff(&tensors, &chain));
+                t.wait().unwrap();
+                dev.synchronize().unwrap();
+            })
+        });
+        let (mut run, dflops) = dense::<f64>(&dev, flops);
+        group.throughput(Throughput::Elements(dflops));
+        group.bench_function(
+            BenchmarkId::new("heff_dense_cublas_same_flops", chi),
+            |bch| bch.iter(&mut run),
+        );
+    }
+    group.finish();
+}
+
+#[cfg(not(feature = "cuda"))]
+fn on_the_device(_: &mut Criterion) {}
+
+criterion_group!(
+    benches,
+    block_gemm,
+    small_blocks,
+    planning,
+    heff,
+    on_the_device
+);
 criterion_main!(benches);
