@@ -181,3 +181,26 @@ fn device_misuse_is_refused_and_writes_nothing() {
         a.to_dense().unwrap()
     );
 }
+
+/// A fan-out over every device: the same program, one array per device, each enqueued
+/// without waiting for the others (tasks return once their work is enqueued), gathered at
+/// the end by the host transfers. With one device it runs on that one.
+#[test]
+fn fan_out_over_devices_gathers_every_result() {
+    let Some(_) = device(0) else { return };
+    let count = CudaDevice::count().unwrap();
+    let devices: Vec<Arc<CudaDevice>> = (0..count).map(|i| device(i).unwrap()).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let s = Arc::new(random_structure::<tessera_blocks::U1>(&mut rng));
+    let a = AsyncArray::<f64, _>::random(Arc::clone(&s), 5);
+    let on: Vec<DeviceArray<f64, _>> = devices.iter().map(|d| a.to_device(d).unwrap()).collect();
+    for (k, x) in on.iter().enumerate() {
+        x.scale(k as f64 + 1.0, Blocks::All).unwrap();
+    }
+    let want = a.to_dense().unwrap();
+    for (k, x) in on.iter().enumerate() {
+        let got = x.to_host().unwrap().to_dense().unwrap();
+        let scaled: Vec<f64> = want.iter().map(|v| v * (k as f64 + 1.0)).collect();
+        close(&got, &scaled, &format!("device {k}"));
+    }
+}
