@@ -8,8 +8,9 @@
 //!   offsets and leading dims, so the bounds the backend checks always hold.
 //! - Each output block's calls are in the plan's pair order, the first with the starting
 //!   `beta` and the rest accumulating (`beta = 1`), and they are launched in layers
-//!   ([`layers`]: the `n`-th call into every output in layer `n`, batched by shape into
-//!   pointer-array or grouped GEMMs), so no launch writes a matrix twice and, the stream
+//!   ([`layers`]: the `n`-th call into every output in layer `n`, batched by shape into one
+//!   strided-batched GEMM when the layer is one evenly spaced batch, else pointer-array or
+//!   grouped GEMMs), so no launch writes a matrix twice and, the stream
 //!   running the layers in order, the sums are those of the CPU backend's tasks.
 //! - Every temporary is allocated, and NVRTC probed when a permute is needed, before the
 //!   first task is enrolled, so an error enrolls nothing.
@@ -24,7 +25,7 @@ use crate::plan::Plan;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tessera_backends::cuda::{
-    BatchBuffers, CudaScalar, GemmEntry, GemmGroup, MatLayout, Op, probe_grouped,
+    BatchBuffers, CudaScalar, GemmEntry, GemmGroup, MatLayout, Op, StridedBatch, probe_grouped,
 };
 use tessera_blocks::device::enqueue;
 use tessera_blocks::{AbelianSector, BlockStructure, Blocks, DeviceArray};
@@ -128,6 +129,36 @@ pub(crate) fn layers(calls: &[GemmCall]) -> Vec<Vec<Batch>> {
         }
     }
     layers
+}
+
+/// A batch whose matrices lie at equal distances (A, B and C each: offsets in arithmetic
+/// progression, increasing, the C matrices at least one extent apart), as one strided batch
+/// from its first entry: cuBLAS's strided-batched GEMM then needs no pointer arrays. `None`
+/// for a batch of one, or when the offsets do not progress so.
+pub(crate) fn as_strided(entries: &[GemmEntry]) -> Option<StridedBatch> {
+    let [first, second, ..] = entries else {
+        return None;
+    };
+    let stride = |f: fn(&GemmEntry) -> usize| f(second).checked_sub(f(first));
+    let (sa, sb, sc) = (
+        stride(|e| e.a.offset)?,
+        stride(|e| e.b.offset)?,
+        stride(|e| e.c.offset)?,
+    );
+    let even = entries.iter().enumerate().all(|(i, e)| {
+        e.a.offset == first.a.offset + i * sa
+            && e.b.offset == first.b.offset + i * sb
+            && e.c.offset == first.c.offset + i * sc
+    });
+    // cuBLAS's strided batch takes C matrices at least one extent apart; blocks stacked in
+    // one sector (columns interleaved) are apart but closer: they go as pointer arrays.
+    let apart = first.c.extent().is_some_and(|extent| sc >= extent);
+    (even && apart).then_some(StridedBatch {
+        count: entries.len(),
+        stride_a: sa,
+        stride_b: sb,
+        stride_c: sc,
+    })
 }
 
 /// A batch as cuBLAS's group: real types, matrix forms (no op), the starting `beta` for a
@@ -258,6 +289,23 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
                 let cbuf = cbuf.expect("a write was given");
                 for layer in &layers {
                     let group = |b| group_of(b, alpha, first_beta);
+                    // A layer of one even batch (uniform blocks): one strided-batched call.
+                    if let [batch] = layer.as_slice()
+                        && let Some(strided) = as_strided(&batch.entries)
+                    {
+                        let e = batch.entries[0];
+                        dev.gemm_strided_batched(
+                            strided,
+                            cbuf.mat_mut(e.c),
+                            group(batch).beta,
+                            srcs[0].mat(e.a),
+                            Op::Identity,
+                            srcs[1].mat(e.b),
+                            Op::Identity,
+                            alpha,
+                        )?;
+                        continue;
+                    }
                     if grouped && layer.len() > 1 {
                         let groups: Vec<_> = layer.iter().map(group).collect();
                         let bufs = BatchBuffers {
@@ -432,7 +480,7 @@ mod tests {
                 "ab,ab->",
             ];
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let (mut cases, mut sectors, mut pairs) = (0, 0, 0);
+            let (mut cases, mut sectors, mut pairs, mut strided) = (0, 0, 0, 0);
             for n in 0..120 {
                 let spec = Spec::parse(specs[n % specs.len()]).unwrap();
                 let Some([sa, sb]) = operands::<S>(&spec, &mut rng) else {
@@ -466,6 +514,23 @@ mod tests {
                             first: batch.first,
                         };
                         reference_gemm(&mut fc, call, 1.5, &fa, &fb);
+                    }
+                }
+                for batch in launched.iter().flatten() {
+                    if let Some(st) = as_strided(&batch.entries) {
+                        let e0 = batch.entries[0];
+                        assert!(st.stride_c >= e0.c.extent().unwrap());
+                        for (i, e) in batch.entries.iter().enumerate() {
+                            assert_eq!(
+                                (e.a.offset, e.b.offset, e.c.offset),
+                                (
+                                    e0.a.offset + i * st.stride_a,
+                                    e0.b.offset + i * st.stride_b,
+                                    e0.c.offset + i * st.stride_c
+                                )
+                            );
+                        }
+                        strided += 1;
                     }
                 }
                 for layer in &launched {
@@ -519,10 +584,56 @@ mod tests {
             }
             assert!(
                 cases > 60 && sectors > 5 && pairs > 2,
-                "{}: {cases} cases, {sectors} with sector GEMMs, {pairs} with pairs",
+                "{}: {cases} cases, {sectors} with sector GEMMs, {pairs} with pairs ({strided} \
+                 strided batches)",
                 std::any::type_name::<S>()
             );
         }
         tessera_blocks::for_each_kind!(run);
+    }
+
+    /// Runs everywhere: one block per sector, sectors of one size (the block-GEMM benchmark's
+    /// shape) is one strided-batched call; sizes that differ are one batch per size, strided
+    /// only where that size's sectors lie evenly. strided
+    /// only where that size's sectors lie evenly.
+    #[test]
+    fn uniform_sectors_lower_to_one_strided_batch() {
+        use tessera_blocks::{Direction, U1};
+        let lower = |dims: &[usize]| {
+            let v = Leg::new(
+                Direction::In,
+                dims.iter().enumerate().map(|(q, &d)| (U1(q as i32), d)),
+            )
+            .unwrap();
+            let s = BlockStructure::new(vec![v.clone()], vec![v.dual()], U1(0)).unwrap();
+            let a = AsyncArray::<f64, U1>::zeros(s);
+            let plan = Contraction::new("ab,bc->ac").unwrap().plan(&a, &a).unwrap();
+            layers(&gemm_calls(
+                &plan,
+                a.structure(),
+                a.structure(),
+                &plan.product,
+            ))
+        };
+        let uniform = lower(&[4; 16]);
+        assert_eq!((uniform.len(), uniform[0].len()), (1, 1));
+        assert_eq!(
+            as_strided(&uniform[0][0].entries),
+            Some(StridedBatch {
+                count: 16,
+                stride_a: 16,
+                stride_b: 16,
+                stride_c: 16
+            })
+        );
+        // Sectors of 16, 25, 16, 16 elements: the 4 x 4 ones at offsets 0, 41, 57.
+        let mixed = lower(&[4, 5, 4, 4]);
+        assert_eq!((mixed.len(), mixed[0].len()), (1, 2));
+        let counts: Vec<usize> = mixed[0].iter().map(|b| b.entries.len()).collect();
+        assert_eq!(counts, [3, 1]);
+        assert!(mixed[0].iter().all(|b| as_strided(&b.entries).is_none()));
+        let even = lower(&[4, 5, 4, 5, 4]);
+        let first = as_strided(&even[0][0].entries).map(|b| (b.count, b.stride_c));
+        assert_eq!(first, Some((3, 41)));
     }
 }
