@@ -25,7 +25,7 @@
 
 use crate::array::AsyncArray;
 use crate::error::Error;
-use crate::ops::Blocks;
+use crate::ops::{Blocks, check_permuted};
 use crate::sector::AbelianSector;
 use crate::structure::{BlockStructure, Permuted};
 use parking_lot::{Mutex, MutexGuard};
@@ -653,21 +653,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         out: &Self,
         blocks: Blocks<'_>,
     ) -> Result<(), Error> {
-        if permuted.block_map.len() != self.num_blocks()
-            || perm.len() != self.structure.num_legs()
-            || permuted.structure.num_legs() != perm.len()
-        {
-            return Err(Error::InvalidPermutation {
-                legs: self.structure.num_legs(),
-                given: perm.to_vec(),
-            });
-        }
-        if **out.structure() != permuted.structure {
-            return Err(Error::StructureMismatch {
-                expected: permuted.structure.summary(),
-                given: out.structure.summary(),
-            });
-        }
+        check_permuted(&self.structure, permuted, perm, &out.structure)?;
         self.check_same_device(out)?;
         if self.same_storage(out) {
             return Err(Error::AliasedOperands {

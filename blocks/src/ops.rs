@@ -55,6 +55,32 @@ fn describe<S: AbelianSector>(s: &BlockStructure<S>) -> String {
     s.summary()
 }
 
+/// That `permuted` is the re-indexing of `from` by `perm` and `out` has its structure: the
+/// checks of every `permute_into_with`, host or device.
+pub(crate) fn check_permuted<S: AbelianSector>(
+    from: &BlockStructure<S>,
+    permuted: &Permuted<S>,
+    perm: &[usize],
+    out: &BlockStructure<S>,
+) -> Result<(), Error> {
+    if permuted.block_map.len() != from.num_blocks()
+        || perm.len() != from.num_legs()
+        || permuted.structure.num_legs() != perm.len()
+    {
+        return Err(Error::InvalidPermutation {
+            legs: from.num_legs(),
+            given: perm.to_vec(),
+        });
+    }
+    if *out != permuted.structure {
+        return Err(Error::StructureMismatch {
+            expected: describe(&permuted.structure),
+            given: describe(out),
+        });
+    }
+    Ok(())
+}
+
 /// The fewest elements one task of an operation covers (unless the blocks run out).
 const GROUP_ELEMS: usize = 16 * 1024;
 
@@ -508,21 +534,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         out: &Self,
         blocks: Blocks<'_>,
     ) -> Result<(), Error> {
-        if permuted.block_map.len() != self.num_blocks()
-            || perm.len() != self.structure().num_legs()
-            || permuted.structure.num_legs() != perm.len()
-        {
-            return Err(Error::InvalidPermutation {
-                legs: self.structure().num_legs(),
-                given: perm.to_vec(),
-            });
-        }
-        if **out.structure() != permuted.structure {
-            return Err(Error::StructureMismatch {
-                expected: describe(&permuted.structure),
-                given: describe(out.structure()),
-            });
-        }
+        check_permuted(self.structure(), permuted, perm, out.structure())?;
         if self.same_storage(out) {
             return Err(Error::AliasedOperands {
                 operation: "permute_into",
