@@ -169,7 +169,10 @@ struct Tensor<A = AsyncArray<f64, U1>> {
     array: A,
 }
 
-fn load_heff(chi: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
+/// The operands and chain of `heff_heisenberg_chi{chi}.json`, with every virtual leg's
+/// sector dimensions multiplied by `scale` (1: the file's structures; more: a proxy for a
+/// larger bond dimension with the same sectors).
+fn load_heff(chi: usize, scale: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/data")
         .join(format!("heff_heisenberg_chi{chi}.json"));
@@ -183,12 +186,14 @@ fn load_heff(chi: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
             .unwrap()
             .iter()
             .map(|l| {
-                labels.push(l["label"].as_str().unwrap().to_owned());
+                let label = l["label"].as_str().unwrap().to_owned();
+                let factor = if label.starts_with('v') { scale } else { 1 };
+                labels.push(label);
                 let dir = Direction::from_sign(l["dir"].as_i64().unwrap()).unwrap();
                 let sectors = l["sectors"].as_array().unwrap().iter().map(|s| {
                     (
                         U1(s[0].as_i64().unwrap() as i32),
-                        s[1].as_u64().unwrap() as usize,
+                        s[1].as_u64().unwrap() as usize * factor,
                     )
                 });
                 Leg::new(dir, sectors).unwrap()
@@ -352,7 +357,7 @@ fn heff(c: &mut Criterion) {
     let mut group = c.benchmark_group("contract_d_dmrg_heff");
     group.sample_size(10);
     for chi in [128_usize, 256, 512, 1024] {
-        let (tensors, chain) = load_heff(chi);
+        let (tensors, chain) = load_heff(chi, 1);
         let (_, flops) = runtime.enter(|| apply_heff(&tensors, &chain));
         group.throughput(Throughput::Elements(flops));
         group.bench_function(BenchmarkId::new("tessera", chi), |bch| {
@@ -380,8 +385,9 @@ fn heff(c: &mut Criterion) {
 }
 
 /// e. With the `cuda` feature, on CUDA device 0: the block GEMM of (a) with blocks of 256 and
-/// 1024 (f64 and f32) and the H_eff chain of (d), each beside one dense cuBLAS GEMM of the
-/// same flops, all timed to the end of the device's work. Skipped (with a line on stderr)
+/// 1024 (f64 and f32) and the H_eff chain of (d) at chi 256 to 4096 (2048 and 4096: the chi
+/// 1024 sectors scaled), each beside one dense cuBLAS GEMM of the same flops, all timed to
+/// the end of the device's work. Skipped (with a line on stderr)
 /// without a driver or device.
 #[cfg(feature = "cuda")]
 fn on_the_device(c: &mut Criterion) {
@@ -460,8 +466,11 @@ fn on_the_device(c: &mut Criterion) {
         block::<f64>(&mut group, &runtime, &dev, d);
         block::<f32>(&mut group, &runtime, &dev, d);
     }
-    for chi in [256_usize, 512, 1024] {
-        let (tensors, chain) = load_heff(chi);
+    // The files' chi 256 to 1024, then chi 2048 and 4096 as the chi 1024 structures with
+    // every virtual sector 2 and 4 times as large.
+    for (file, scale) in [(256_usize, 1), (512, 1), (1024, 1), (1024, 2), (1024, 4)] {
+        let chi = file * scale;
+        let (tensors, chain) = load_heff(file, scale);
         let tensors: Vec<(String, Tensor<DeviceArray<f64, U1>>)> = tensors
             .into_iter()
             .map(|(n, t)| {
