@@ -18,7 +18,9 @@
 //!   data only through a transfer ([`DeviceArray::to_host`]) or a reduction, whose tasks
 //!   wait for the stream before they complete. Freeing the allocation is stream-ordered too.
 //! - The host-side handle of an allocation (a cudarc slice) is touched only under its
-//!   storage's lock, held while work is enqueued (microseconds) and taken in address order
+//!   storage's lock, held while work is enqueued (microseconds; a copy to the host holds it
+//!   until the copy is done, as CUDA's copies into pageable memory return then) and taken in
+//!   address order
 //!   when a task touches several storages, so no two tasks hold one at once and no lock
 //!   order can cycle. A write grant and a read grant of one storage are never handed to one
 //!   call (refused as aliasing before anything is enrolled).
