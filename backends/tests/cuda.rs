@@ -681,8 +681,9 @@ fn layout_groups(specs: &[Spec]) -> (Vec<Vec<GemmEntry>>, [usize; 3]) {
             let seed = g + i;
             let (ar, ac) = stored(s.m, s.k, s.op_a);
             let (br, bc) = stored(s.k, s.n, s.op_b);
-            let a = pa.place(ar, ac, seed % 2, seed);
-            let b = pb.place(br, bc, (seed + 1) % 2, seed + 1);
+            // Leading dims vary between groups, never inside one (cuBLAS takes one per group).
+            let a = pa.place(ar, ac, g % 2, seed);
+            let b = pb.place(br, bc, (g + 1) % 2, seed + 1);
             // C: rows from (seed % 2), columns from `col` of the big matrix.
             let c = MatLayout {
                 offset: seed % 2 + col * c_ld,

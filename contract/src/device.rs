@@ -376,6 +376,7 @@ mod tests {
     use crate::{Contraction, Spec};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+    use tessera_backends::cuda::may_overlap;
     use tessera_blocks::testing::{Kind, random_leg, random_mask};
     use tessera_blocks::{AsyncArray, Leg};
 
@@ -542,6 +543,16 @@ mod tests {
                     outs.sort_unstable();
                     outs.dedup();
                     assert_eq!(outs.len(), n, "a layer writes one matrix twice");
+                    // What the batched and grouped GEMMs check before a launch.
+                    let cs: Vec<MatLayout> = layer
+                        .iter()
+                        .flat_map(|b| b.entries.iter().map(|e| e.c))
+                        .collect();
+                    for (i, x) in cs.iter().enumerate() {
+                        for y in &cs[..i] {
+                            assert!(!may_overlap(x, y), "{x:?} and {y:?} in one layer");
+                        }
+                    }
                 }
                 assert_eq!(
                     launched

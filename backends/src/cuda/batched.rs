@@ -185,32 +185,38 @@ pub(crate) fn check_group<T: Copy>(
     })
 }
 
-/// The rows and columns a column-major matrix covers in the grid of its leading dim, when it
-/// does not wrap past the grid's rows: `(rows, cols)` half-open ranges.
-fn rectangle(l: &MatLayout) -> Option<([usize; 2], [usize; 2])> {
-    let row = l.offset % l.ld;
-    let col = l.offset / l.ld;
-    (row + l.rows <= l.ld).then_some(([row, row + l.rows], [col, col + l.cols]))
+/// Whether two matrices of one leading dim `ld` (each with `rows <= ld`, neither empty)
+/// share an element, exactly. Seen from `x`'s first element, `y` starts `q` columns and `r`
+/// rows on; a column of `y` that runs past row `ld` wraps into the next column of the grid,
+/// so `y` covers rows `r..min(r + rows, ld)` of columns `q..` and rows `0..r + rows - ld` of
+/// columns `q + 1..`.
+fn same_ld_overlap(x: &MatLayout, y: &MatLayout) -> bool {
+    let (x, y) = if x.offset <= y.offset { (x, y) } else { (y, x) };
+    let ld = x.ld;
+    let (q, r) = ((y.offset - x.offset) / ld, (y.offset - x.offset) % ld);
+    let meets = |[a0, a1]: [usize; 2], [b0, b1]: [usize; 2]| a0 < b1 && b0 < a1;
+    let columns = |shift: usize| meets([0, x.cols], [q + shift, q + shift + y.cols]);
+    let rows = [0, x.rows];
+    (meets(rows, [r, (r + y.rows).min(ld)]) && columns(0))
+        || (r + y.rows > ld && meets(rows, [0, r + y.rows - ld]) && columns(1))
 }
 
-/// Whether two C matrices may share an element: exactly for two of one leading dim that do
-/// not wrap (disjoint sub-blocks of one larger matrix pass), and by their extents otherwise
-/// (conservative: interleaved layouts of different leading dims are refused).
-pub(crate) fn may_overlap(x: &MatLayout, y: &MatLayout) -> bool {
+/// Whether two C matrices may share an element: exactly for two of one leading dim
+/// (disjoint sub-blocks of one larger matrix, wherever it starts, pass), and by their extents
+/// otherwise (conservative: interleaved layouts of different leading dims are refused). The
+/// batched and grouped GEMMs refuse C matrices for which this holds; it needs no device.
+pub fn may_overlap(x: &MatLayout, y: &MatLayout) -> bool {
     let (Some(ex), Some(ey)) = (x.extent(), y.extent()) else {
         return true;
     };
     if ex == 0 || ey == 0 {
         return false;
     }
-    let meets = |[a0, a1]: [usize; 2], [b0, b1]: [usize; 2]| a0 < b1 && b0 < a1;
-    if !meets([x.offset, x.offset + ex], [y.offset, y.offset + ey]) {
+    if !(x.offset < y.offset + ey && y.offset < x.offset + ex) {
         return false;
     }
-    if x.ld == y.ld
-        && let (Some((xr, xc)), Some((yr, yc))) = (rectangle(x), rectangle(y))
-    {
-        return meets(xr, yr) && meets(xc, yc);
+    if x.ld == y.ld && x.rows <= x.ld && y.rows <= y.ld {
+        return same_ld_overlap(x, y);
     }
     true
 }
@@ -521,6 +527,50 @@ mod tests {
         );
     }
 
+    /// Runs everywhere: on small random layouts, `may_overlap` is the element sets' answer for
+    /// one leading dim, and never misses a shared element for two.
+    #[test]
+    fn may_overlap_agrees_with_the_element_sets() {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut draw = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let elements = |l: &MatLayout| -> std::collections::HashSet<usize> {
+            (0..l.cols)
+                .flat_map(|j| (0..l.rows).map(move |i| l.offset + j * l.ld + i))
+                .collect()
+        };
+        let (mut same, mut shared) = (0, 0);
+        for _ in 0..20_000 {
+            // One leading dim for both every other time (rows up to 4, so it fits), else each
+            // its own.
+            let shared_ld = (draw(2) == 0).then(|| 4 + draw(3));
+            let [x, y] = [0; 2].map(|_| {
+                let rows = draw(5);
+                let ld = shared_ld.unwrap_or(rows.max(1) + draw(4));
+                at(draw(40), rows, draw(5), ld)
+            });
+            let truth = !elements(&x).is_disjoint(&elements(&y));
+            let said = may_overlap(&x, &y);
+            assert_eq!(said, may_overlap(&y, &x), "{x:?} {y:?}: not symmetric");
+            if x.ld == y.ld {
+                assert_eq!(said, truth, "{x:?} {y:?}");
+                same += 1;
+                shared += usize::from(truth);
+            } else {
+                assert!(said || !truth, "{x:?} {y:?}: a shared element missed");
+            }
+        }
+        // Both answers were exercised.
+        assert!(
+            same > 5_000 && shared > 500 && same - shared > 500,
+            "{same} {shared}"
+        );
+    }
+
     /// Runs everywhere: C matrices that share an element are refused, sub-blocks of one
     /// larger matrix are not.
     #[test]
@@ -552,8 +602,13 @@ mod tests {
         // Consecutive dense matrices touch but do not overlap; one element more does.
         assert!(!may_overlap(&at(0, 3, 2, 3), &at(6, 3, 2, 3)));
         assert!(may_overlap(&at(0, 3, 2, 3), &at(5, 3, 2, 3)));
-        // A matrix that wraps past its grid's rows, or another leading dim: by extents.
+        // Sub-blocks of a matrix that starts mid-column (ld 4, at 5): apart, however they
+        // wrap in the grid from 0; a block one row lower meets both.
+        assert!(!may_overlap(&at(5, 2, 3, 4), &at(7, 2, 3, 4)));
+        assert!(may_overlap(&at(5, 2, 3, 4), &at(6, 2, 3, 4)));
+        assert!(may_overlap(&at(7, 2, 3, 4), &at(6, 2, 3, 4)));
         assert!(may_overlap(&at(3, 2, 2, 4), &at(4, 1, 1, 4)));
+        // Another leading dim: by extents.
         assert!(may_overlap(&at(0, 2, 2, 4), &at(2, 2, 1, 2)));
         assert!(!may_overlap(&at(0, 2, 2, 4), &at(6, 2, 1, 2)));
         // Empty matrices overlap nothing; one matrix twice does.

@@ -71,7 +71,7 @@ mod device;
 mod gemm;
 mod permute;
 
-pub use batched::{BatchBuffers, GemmEntry, GemmGroup};
+pub use batched::{BatchBuffers, GemmEntry, GemmGroup, may_overlap};
 pub use blas1::{DeviceVec, DeviceVecMut, VecLayout};
 pub use device::{CudaDevice, CudaScalar, DeviceBuffer};
 pub use gemm::{DeviceMat, DeviceMatMut, MatLayout, Op, StridedBatch};
