@@ -292,11 +292,30 @@ pub fn block_matrix<S: AbelianSector>(
     })
 }
 
-/// The element ranges blocks `ids` of `s` cover (per block: its columns, or one range when
-/// they are contiguous), sorted and merged where adjacent.
+/// The element ranges blocks `ids` of `s` cover, sorted and merged where adjacent: a coupled
+/// sector whose region the selected blocks fill is one range (its blocks tile it: they lie
+/// in it, apart, and their sizes sum to its size); any other block gives its columns, or
+/// one range when they are contiguous. So a whole array is a range per run of sectors, with
+/// no per-column work, even where blocks are a few rows tall and millions of columns wide.
 fn element_runs<S: AbelianSector>(s: &BlockStructure<S>, ids: &[usize]) -> Vec<Range<usize>> {
-    let mut runs = Vec::new();
+    let mut selected = vec![false; s.num_blocks()];
+    let mut filled = vec![0_usize; s.sectors().len()];
     for &id in ids {
+        let block = s.block(id).expect("the ids were checked");
+        if !std::mem::replace(&mut selected[id], true) {
+            filled[block.coupled()] += block.len();
+        }
+    }
+    let whole = |c: usize| filled[c] == s.sectors()[c].len();
+    let mut runs: Vec<Range<usize>> = (s.sectors().iter().enumerate())
+        .filter(|&(c, sector)| filled[c] > 0 && whole(c) && !sector.is_empty())
+        .map(|(_, sector)| sector.offset()..sector.offset() + sector.len())
+        .collect();
+    for (id, _) in selected.iter().enumerate().filter(|&(_, &on)| on) {
+        let block = s.block(id).expect("the ids were checked");
+        if whole(block.coupled()) {
+            continue;
+        }
         let m = block_matrix(s, id, s.n_codomain()).expect("the layout's fold of a block");
         if m.rows == 0 || m.cols == 0 {
             continue;
@@ -800,7 +819,15 @@ mod tests {
                 let got: Vec<usize> = runs.iter().flat_map(|r| r.clone()).collect();
                 assert_eq!(got, want);
                 assert!(runs.windows(2).all(|w| w[0].end < w[1].start), "merged");
+                let twice: Vec<usize> = ids.iter().chain(&ids).copied().collect();
+                assert_eq!(
+                    element_runs(&s, &twice),
+                    runs,
+                    "an id given twice counts once"
+                );
                 let all: Vec<usize> = (0..s.num_blocks()).collect();
+                // Whole sectors are one range each, however their blocks' columns interleave.
+                assert!(element_runs(&s, &all).len() <= s.sectors().len());
                 if s.sectors().iter().all(|c| c.is_dense()) && s.num_blocks() > 0 {
                     assert_eq!(element_runs(&s, &all), vec![0..s.total_len()]);
                 }

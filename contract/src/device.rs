@@ -341,12 +341,18 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
                     if overwrite {
                         dev.zero(cbuf, *layout)?;
                     } else if beta != T::ONE {
-                        for j in 0..layout.cols {
-                            let column = tessera_backends::cuda::VecLayout {
-                                offset: layout.offset + j * layout.ld,
-                                ..tessera_backends::cuda::VecLayout::contiguous(layout.rows)
+                        // One call for a contiguous block, else one per column.
+                        let (runs, len, step) = if layout.ld == layout.rows {
+                            (1, layout.rows * layout.cols, 0)
+                        } else {
+                            (layout.cols, layout.rows, layout.ld)
+                        };
+                        for j in 0..runs {
+                            let run = tessera_backends::cuda::VecLayout {
+                                offset: layout.offset + j * step,
+                                ..tessera_backends::cuda::VecLayout::contiguous(len)
                             };
-                            dev.scal(beta, cbuf.vec_mut(column))?;
+                            dev.scal(beta, cbuf.vec_mut(run))?;
                         }
                     }
                 }
