@@ -13,7 +13,8 @@
 //!
 //! Throughputs are in flops per second (criterion's "elem/s").
 //!
-//! `cargo bench --bench contract` (`--features cuda -- contract_e` for the GPU group)
+//! `cargo bench --bench contract` (`--features cuda -- contract_e` for the GPU group; the
+//! H_eff data from `TESSERA_DATA` when set, else `../shared/data`)
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use faer::linalg::matmul::matmul;
@@ -173,9 +174,12 @@ struct Tensor<A = AsyncArray<f64, U1>> {
 /// sector dimensions multiplied by `scale` (1: the file's structures; more: a proxy for a
 /// larger bond dimension with the same sectors).
 fn load_heff(chi: usize, scale: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data")
-        .join(format!("heff_heisenberg_chi{chi}.json"));
+    // `TESSERA_DATA` names another folder (a machine the bench was carried to).
+    let dir = std::env::var_os("TESSERA_DATA").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data"),
+        PathBuf::from,
+    );
+    let path = dir.join(format!("heff_heisenberg_chi{chi}.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut tensors = Vec::new();
