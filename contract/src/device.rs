@@ -8,10 +8,12 @@
 //!   offsets and leading dims, so the bounds the backend checks always hold.
 //! - Each output block's calls are in the plan's pair order, the first with the starting
 //!   `beta` and the rest accumulating (`beta = 1`), and they are launched in layers
-//!   ([`layers`]: the `n`-th call into every output in layer `n`, batched by shape into one
-//!   strided-batched GEMM when the layer is one evenly spaced batch, else pointer-array or
-//!   grouped GEMMs), so no launch writes a matrix twice and, the stream
-//!   running the layers in order, the sums are those of the CPU backend's tasks.
+//!   ([`layers`]: the `n`-th call into every output in layer `n`, batched by shape; a
+//!   batch large enough to pay for its own launch ([`launches_alone`]) gets one, as a
+//!   single GEMM, one strided-batched GEMM when evenly spaced, or a pointer-array batch;
+//!   the small ones of a layer share one grouped GEMM where cuBLAS has it), so no launch
+//!   writes a matrix twice and, the stream running the layers in order, the sums are those
+//!   of the CPU backend's tasks.
 //! - Every temporary is allocated, and NVRTC probed when a permute is needed, before the
 //!   first task is enrolled, so an error enrolls nothing.
 //! - The work is enrolled as one task per step (operand permutes, the GEMMs on the composite
@@ -161,6 +163,27 @@ pub(crate) fn as_strided(entries: &[GemmEntry]) -> Option<StridedBatch> {
     })
 }
 
+/// Whether a batch is worth a launch of its own: about 5 µs of work or more on a current
+/// GPU (2^28 flops, or 16 MiB of its matrices' elements: an H200 does FP64 matrix products
+/// at about 50 TFLOP/s and moves about 3 TB/s), so a launch's few microseconds are noise
+/// beside it and cuBLAS's kernel for exactly its shape pays. Grouped GEMM is for the small
+/// ones. Measured on an H200 with every batch of a layer in one grouped call: the sector
+/// GEMMs of a chi = 4096 H_eff ran at 30 to 40% of one dense GEMM's rate, and the skinny
+/// MPO products (a few rows against millions of columns) far slower; this split has not
+/// yet been timed on a GPU.
+pub(crate) fn launches_alone<T>(batch: &Batch) -> bool {
+    const FLOPS: u128 = 1 << 28;
+    const BYTES: u128 = 16 << 20;
+    let Some(e) = batch.entries.first() else {
+        return false;
+    };
+    let (m, n, k) = (e.c.rows as u128, e.c.cols as u128, e.a.cols as u128);
+    let count = batch.entries.len() as u128;
+    let flops = 2 * m * n * k * count;
+    let bytes = (m * k + k * n + m * n) * count * size_of::<T>() as u128;
+    flops >= FLOPS || bytes >= BYTES
+}
+
 /// A batch as cuBLAS's group: real types, matrix forms (no op), the starting `beta` for a
 /// batch of first calls and 1 for one that accumulates.
 fn group_of<T: CudaScalar>(batch: &Batch, alpha: T, first_beta: T) -> GemmGroup<'_, T> {
@@ -289,50 +312,54 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
                 let cbuf = cbuf.expect("a write was given");
                 for layer in &layers {
                     let group = |b| group_of(b, alpha, first_beta);
-                    // A layer of one even batch (uniform blocks): one strided-batched call.
-                    if let [batch] = layer.as_slice()
-                        && let Some(strided) = as_strided(&batch.entries)
-                    {
-                        let e = batch.entries[0];
-                        dev.gemm_strided_batched(
-                            strided,
-                            cbuf.mat_mut(e.c),
-                            group(batch).beta,
-                            srcs[0].mat(e.a),
-                            Op::Identity,
-                            srcs[1].mat(e.b),
-                            Op::Identity,
-                            alpha,
-                        )?;
-                        continue;
-                    }
-                    if grouped && layer.len() > 1 {
-                        let groups: Vec<_> = layer.iter().map(group).collect();
+                    // Small batches together in one grouped call (where cuBLAS has grouped
+                    // GEMM and there are several); large ones each in a call of their own.
+                    let (alone, small): (Vec<&Batch>, Vec<&Batch>) =
+                        layer.iter().partition(|b| launches_alone::<T>(b));
+                    let small = if grouped && small.len() > 1 {
+                        let groups: Vec<_> = small.iter().map(|b| group(b)).collect();
                         let bufs = BatchBuffers {
                             c: &mut *cbuf,
                             a: srcs[0],
                             b: srcs[1],
                         };
                         dev.gemm_grouped(bufs, &groups)?;
-                        continue;
-                    }
-                    for batch in layer {
-                        let bufs = BatchBuffers {
-                            c: &mut *cbuf,
-                            a: srcs[0],
-                            b: srcs[1],
-                        };
-                        match batch.entries.as_slice() {
-                            [one] => dev.gemm(
-                                bufs.c.mat_mut(one.c),
-                                group(batch).beta,
+                        Vec::new()
+                    } else {
+                        small
+                    };
+                    for batch in alone.into_iter().chain(small) {
+                        let beta = group(batch).beta;
+                        let strided = as_strided(&batch.entries);
+                        match (batch.entries.as_slice(), strided) {
+                            ([one], _) => dev.gemm(
+                                cbuf.mat_mut(one.c),
+                                beta,
                                 srcs[0].mat(one.a),
                                 Op::Identity,
                                 srcs[1].mat(one.b),
                                 Op::Identity,
                                 alpha,
                             )?,
-                            _ => dev.gemm_batched(bufs, group(batch))?,
+                            // Evenly spaced (uniform blocks): strided, no pointer arrays.
+                            ([first, ..], Some(strided)) => dev.gemm_strided_batched(
+                                strided,
+                                cbuf.mat_mut(first.c),
+                                beta,
+                                srcs[0].mat(first.a),
+                                Op::Identity,
+                                srcs[1].mat(first.b),
+                                Op::Identity,
+                                alpha,
+                            )?,
+                            _ => {
+                                let bufs = BatchBuffers {
+                                    c: &mut *cbuf,
+                                    a: srcs[0],
+                                    b: srcs[1],
+                                };
+                                dev.gemm_batched(bufs, group(batch))?
+                            }
                         }
                     }
                 }
@@ -475,6 +502,34 @@ mod tests {
     /// allocations of `A'` and `B'` (made by the CPU backend's permutes, as the device makes
     /// them with its own), give the CPU backend's result: the layouts, leading dims, pair
     /// order and starting betas the device runs are right for every strategy.
+    /// Large batches (by flops or by bytes, as a skinny MPO product is) launch alone; a
+    /// batch of small blocks does not, however many layers it shares.
+    #[test]
+    fn large_batches_launch_alone() {
+        let batch = |m: usize, k: usize, n: usize, count: usize| Batch {
+            first: true,
+            entries: (0..count)
+                .map(|i| GemmEntry {
+                    a: MatLayout::contiguous(m, k),
+                    b: MatLayout::contiguous(k, n),
+                    c: MatLayout {
+                        offset: i * m * n,
+                        ..MatLayout::contiguous(m, n)
+                    },
+                })
+                .collect(),
+        };
+        assert!(launches_alone::<f64>(&batch(1024, 1024, 1024, 1)));
+        assert!(launches_alone::<f64>(&batch(256, 256, 256, 16)));
+        assert!(
+            launches_alone::<f64>(&batch(4, 4, 1 << 20, 1)),
+            "skinny: by bytes"
+        );
+        assert!(!launches_alone::<f64>(&batch(4, 4, 1 << 16, 1)));
+        assert!(!launches_alone::<f32>(&batch(64, 64, 64, 32)));
+        assert!(!launches_alone::<f64>(&batch(128, 128, 128, 1)));
+    }
+
     #[test]
     fn lowered_gemm_calls_reproduce_the_cpu_contraction() {
         fn run<S: Kind>(seed: u64) {
