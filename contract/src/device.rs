@@ -184,6 +184,61 @@ pub(crate) fn launches_alone<T>(batch: &Batch) -> bool {
     flops >= FLOPS || bytes >= BYTES
 }
 
+/// One cuBLAS call of a lowered plan (`first`: the call starts its outputs, with the
+/// starting `beta`; else it accumulates, with `beta = 1`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Launch {
+    /// One GEMM.
+    Single { first: bool, entry: GemmEntry },
+    /// One strided-batched GEMM: `strided.count` products from `entry` on.
+    Strided {
+        first: bool,
+        entry: GemmEntry,
+        strided: StridedBatch,
+    },
+    /// One pointer-array batched GEMM.
+    Batched(Batch),
+    /// One grouped GEMM, a group per batch.
+    Grouped(Vec<Batch>),
+}
+
+/// The layers as launches, in stream order: per layer, its small batches in one grouped
+/// call when `grouped` (cuBLAS has grouped GEMM) and there are several, then every other
+/// batch in a call of its own (a single GEMM for one product, a strided batch when evenly
+/// spaced, else a pointer-array batch). Within a layer the order is free: no two of its
+/// calls write one matrix.
+pub(crate) fn launches<T>(layers: Vec<Vec<Batch>>, grouped: bool) -> Vec<Launch> {
+    let mut out = Vec::new();
+    for layer in layers {
+        let (alone, small): (Vec<Batch>, Vec<Batch>) =
+            layer.into_iter().partition(launches_alone::<T>);
+        let small = if grouped && small.len() > 1 {
+            out.push(Launch::Grouped(small));
+            Vec::new()
+        } else {
+            small
+        };
+        for batch in alone.into_iter().chain(small) {
+            let first = batch.first;
+            out.push(
+                match (batch.entries.as_slice(), as_strided(&batch.entries)) {
+                    ([entry], _) => Launch::Single {
+                        first,
+                        entry: *entry,
+                    },
+                    ([entry, ..], Some(strided)) => Launch::Strided {
+                        first,
+                        entry: *entry,
+                        strided,
+                    },
+                    _ => Launch::Batched(batch),
+                },
+            );
+        }
+    }
+    out
+}
+
 /// A batch as cuBLAS's group: real types, matrix forms (no op), the starting `beta` for a
 /// batch of first calls and 1 for one that accumulates.
 fn group_of<T: CudaScalar>(batch: &Batch, alpha: T, first_beta: T) -> GemmGroup<'_, T> {
@@ -281,15 +336,16 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
         let first_beta = if overwrite { T::ZERO } else { beta };
         // Real types only: conjugation is the identity, and every operand is already in
         // its matrix form, so no call transposes.
-        let layers = layers(&gemm_calls(
-            plan,
-            am.structure(),
-            bm.structure(),
-            target.structure(),
-        ));
-        // One grouped call per layer where cuBLAS has grouped GEMM (12.5+), else one
-        // pointer-array call per batch (a single GEMM for a batch of one).
-        let grouped = probe_grouped().is_ok();
+        // Small batches grouped where cuBLAS has grouped GEMM (12.5+).
+        let launches = launches::<T>(
+            layers(&gemm_calls(
+                plan,
+                am.structure(),
+                bm.structure(),
+                target.structure(),
+            )),
+            probe_grouped().is_ok(),
+        );
         let all = |x: &DeviceArray<T, S>| x.blocks(&(0..x.num_blocks()).collect::<Vec<_>>());
         let out = all(target)?;
         let out = if overwrite {
@@ -310,56 +366,46 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
                 .collect();
             enqueue(Some(&mut xc), &[&xa, &xb], |dev, cbuf, srcs| {
                 let cbuf = cbuf.expect("a write was given");
-                for layer in &layers {
-                    let group = |b| group_of(b, alpha, first_beta);
-                    // Small batches together in one grouped call (where cuBLAS has grouped
-                    // GEMM and there are several); large ones each in a call of their own.
-                    let (alone, small): (Vec<&Batch>, Vec<&Batch>) =
-                        layer.iter().partition(|b| launches_alone::<T>(b));
-                    let small = if grouped && small.len() > 1 {
-                        let groups: Vec<_> = small.iter().map(|b| group(b)).collect();
-                        let bufs = BatchBuffers {
-                            c: &mut *cbuf,
-                            a: srcs[0],
-                            b: srcs[1],
-                        };
-                        dev.gemm_grouped(bufs, &groups)?;
-                        Vec::new()
-                    } else {
-                        small
+                let beta_of = |first: bool| if first { first_beta } else { T::ONE };
+                for launch in &launches {
+                    let bufs = BatchBuffers {
+                        c: &mut *cbuf,
+                        a: srcs[0],
+                        b: srcs[1],
                     };
-                    for batch in alone.into_iter().chain(small) {
-                        let beta = group(batch).beta;
-                        let strided = as_strided(&batch.entries);
-                        match (batch.entries.as_slice(), strided) {
-                            ([one], _) => dev.gemm(
-                                cbuf.mat_mut(one.c),
-                                beta,
-                                srcs[0].mat(one.a),
-                                Op::Identity,
-                                srcs[1].mat(one.b),
-                                Op::Identity,
-                                alpha,
-                            )?,
-                            // Evenly spaced (uniform blocks): strided, no pointer arrays.
-                            ([first, ..], Some(strided)) => dev.gemm_strided_batched(
-                                strided,
-                                cbuf.mat_mut(first.c),
-                                beta,
-                                srcs[0].mat(first.a),
-                                Op::Identity,
-                                srcs[1].mat(first.b),
-                                Op::Identity,
-                                alpha,
-                            )?,
-                            _ => {
-                                let bufs = BatchBuffers {
-                                    c: &mut *cbuf,
-                                    a: srcs[0],
-                                    b: srcs[1],
-                                };
-                                dev.gemm_batched(bufs, group(batch))?
-                            }
+                    match launch {
+                        Launch::Single { first, entry } => dev.gemm(
+                            bufs.c.mat_mut(entry.c),
+                            beta_of(*first),
+                            srcs[0].mat(entry.a),
+                            Op::Identity,
+                            srcs[1].mat(entry.b),
+                            Op::Identity,
+                            alpha,
+                        )?,
+                        Launch::Strided {
+                            first,
+                            entry,
+                            strided,
+                        } => dev.gemm_strided_batched(
+                            *strided,
+                            bufs.c.mat_mut(entry.c),
+                            beta_of(*first),
+                            srcs[0].mat(entry.a),
+                            Op::Identity,
+                            srcs[1].mat(entry.b),
+                            Op::Identity,
+                            alpha,
+                        )?,
+                        Launch::Batched(batch) => {
+                            dev.gemm_batched(bufs, group_of(batch, alpha, first_beta))?
+                        }
+                        Launch::Grouped(batches) => {
+                            let groups: Vec<_> = batches
+                                .iter()
+                                .map(|b| group_of(b, alpha, first_beta))
+                                .collect();
+                            dev.gemm_grouped(bufs, &groups)?
                         }
                     }
                 }
@@ -502,6 +548,44 @@ mod tests {
     /// allocations of `A'` and `B'` (made by the CPU backend's permutes, as the device makes
     /// them with its own), give the CPU backend's result: the layouts, leading dims, pair
     /// order and starting betas the device runs are right for every strategy.
+    /// The products one launch computes, as calls: a strided batch expanded from its first
+    /// entry by its strides (so its entries are what cuBLAS will compute, not the batch's
+    /// own list).
+    fn products(launch: &Launch) -> Vec<GemmCall> {
+        let call = |e: &GemmEntry, first: bool| GemmCall {
+            a: e.a,
+            b: e.b,
+            c: e.c,
+            first,
+        };
+        match launch {
+            Launch::Single { first, entry } => vec![call(entry, *first)],
+            Launch::Strided {
+                first,
+                entry,
+                strided,
+            } => (0..strided.count)
+                .map(|i| {
+                    let at = |m: MatLayout, stride: usize| MatLayout {
+                        offset: m.offset + i * stride,
+                        ..m
+                    };
+                    GemmCall {
+                        a: at(entry.a, strided.stride_a),
+                        b: at(entry.b, strided.stride_b),
+                        c: at(entry.c, strided.stride_c),
+                        first: *first,
+                    }
+                })
+                .collect(),
+            Launch::Batched(batch) => batch.entries.iter().map(|e| call(e, batch.first)).collect(),
+            Launch::Grouped(batches) => batches
+                .iter()
+                .flat_map(|b| b.entries.iter().map(|e| call(e, b.first)))
+                .collect(),
+        }
+    }
+
     /// Large batches (by flops or by bytes, as a skinny MPO product is) launch alone; a
     /// batch of small blocks does not, however many layers it shares.
     #[test]
@@ -557,10 +641,6 @@ mod tests {
                 let bm = crate::execute::matrix_form(&plan, 1, &b).unwrap();
                 let (am, bm) = (am.as_ref().unwrap_or(&a), bm.as_ref().unwrap_or(&b));
                 let calls = gemm_calls(&plan, am.structure(), bm.structure(), &plan.product);
-                // NaN where nothing writes: a call that reads before its first write shows.
-                // Evaluated as launched: layer by layer, batch by batch.
-                let mut fc = vec![f64::NAN; plan.product.total_len()];
-                let (fa, fb) = (flat(am), flat(bm));
                 let launched = layers(&calls);
                 for batch in launched.iter().flatten() {
                     let first = batch.entries[0];
@@ -569,15 +649,30 @@ mod tests {
                     };
                     for e in &batch.entries {
                         assert!(same(e.a, first.a) && same(e.b, first.b) && same(e.c, first.c));
-                        let call = GemmCall {
-                            a: e.a,
-                            b: e.b,
-                            c: e.c,
-                            first: batch.first,
-                        };
-                        reference_gemm(&mut fc, call, 1.5, &fa, &fb);
                     }
                 }
+                // Evaluated as launched, with grouped GEMM and without, each product of each
+                // launch by the definition; NaN where nothing writes, so a call that reads
+                // before its first write shows.
+                let (fa, fb) = (flat(am), flat(bm));
+                let results: Vec<Vec<f64>> = [false, true]
+                    .into_iter()
+                    .map(|grouped| {
+                        let mut fc = vec![f64::NAN; plan.product.total_len()];
+                        let mut count = 0;
+                        for launch in launches::<f64>(launched.clone(), grouped) {
+                            if let Launch::Grouped(batches) = &launch {
+                                assert!(grouped && batches.len() > 1);
+                            }
+                            for call in products(&launch) {
+                                reference_gemm(&mut fc, call, 1.5, &fa, &fb);
+                                count += 1;
+                            }
+                        }
+                        assert_eq!(count, calls.len(), "every call launched once");
+                        fc
+                    })
+                    .collect();
                 for batch in launched.iter().flatten() {
                     if let Some(st) = as_strided(&batch.entries) {
                         let e0 = batch.entries[0];
@@ -623,32 +718,35 @@ mod tests {
                         .sum::<usize>(),
                     calls.len()
                 );
-                let n_rows = plan.product.n_codomain();
-                for &i in &plan.idle {
-                    let m = tessera_blocks::device::block_matrix(&plan.product, i, n_rows).unwrap();
-                    for j in 0..m.cols {
-                        fc[m.offset + j * m.ld..][..m.rows].fill(0.0);
+                for mut fc in results {
+                    let n_rows = plan.product.n_codomain();
+                    for &i in &plan.idle {
+                        let m =
+                            tessera_blocks::device::block_matrix(&plan.product, i, n_rows).unwrap();
+                        for j in 0..m.cols {
+                            fc[m.offset + j * m.ld..][..m.rows].fill(0.0);
+                        }
                     }
-                }
-                let product = unflat(&plan.product, &fc);
-                let got = match &plan.output_permute {
-                    Some((perm, permuted)) => {
-                        let out = AsyncArray::empty(Arc::clone(plan.output()));
-                        product
-                            .permute_into_with(permuted, perm, &out, Blocks::All)
-                            .unwrap();
-                        out
+                    let product = unflat(&plan.product, &fc);
+                    let got = match &plan.output_permute {
+                        Some((perm, permuted)) => {
+                            let out = AsyncArray::empty(Arc::clone(plan.output()));
+                            product
+                                .permute_into_with(permuted, perm, &out, Blocks::All)
+                                .unwrap();
+                            out
+                        }
+                        None => product,
                     }
-                    None => product,
-                }
-                .to_dense()
-                .unwrap();
-                let scale = want.iter().fold(1.0_f64, |m, x| m.max(x.abs()));
-                for (x, y) in got.iter().zip(&want) {
-                    assert!(
-                        (x - y).abs() <= 1e-12 * scale,
-                        "{spec} case {n}: {x} vs {y}\n{plan}"
-                    );
+                    .to_dense()
+                    .unwrap();
+                    let scale = want.iter().fold(1.0_f64, |m, x| m.max(x.abs()));
+                    for (x, y) in got.iter().zip(&want) {
+                        assert!(
+                            (x - y).abs() <= 1e-12 * scale,
+                            "{spec} case {n}: {x} vs {y}\n{plan}"
+                        );
+                    }
                 }
                 cases += 1;
                 sectors += usize::from(plan.sector_gemms() > 0);
@@ -689,6 +787,12 @@ mod tests {
         };
         let uniform = lower(&[4; 16]);
         assert_eq!((uniform.len(), uniform[0].len()), (1, 1));
+        for grouped in [false, true] {
+            let launched = launches::<f64>(uniform.clone(), grouped);
+            assert!(
+                matches!(launched[..], [Launch::Strided { strided, .. }] if strided.count == 16)
+            );
+        }
         assert_eq!(
             as_strided(&uniform[0][0].entries),
             Some(StridedBatch {
