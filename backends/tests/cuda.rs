@@ -9,7 +9,7 @@
 
 use tessera_backends::cuda::{
     BatchBuffers, CudaDevice, CudaError, CudaScalar, DeviceBuffer, GemmEntry, GemmGroup, MatLayout,
-    Op, StridedBatch, StridedView, VecLayout, probe, probe_grouped, probe_nvrtc,
+    Op, PermuteMove, StridedBatch, StridedView, VecLayout, probe, probe_grouped, probe_nvrtc,
 };
 
 /// Device 0, or `None` (having said why the test is skipped) when there is no driver or device.
@@ -1286,6 +1286,119 @@ fn permute_copy_refuses_bad_views_and_writes_nothing() {
     dev.permute_copy(false, view(0, &[0, 4], &[1, 1]), &mut dst, run(24, 0))
         .unwrap();
     dev.permute_copy(true, view(0, &[2, 3, 4], &[12, 1, 3]), &mut dst, run(0, 24))
+        .unwrap();
+    assert_eq!(dev.download(&dst).unwrap(), vec![-1.0; 24]);
+}
+
+/// Every permute case in one batched launch (one source buffer holding all the cases'
+/// sources, one destination with each case's matrix at its own place, columns 3 apart beyond
+/// its rows, every other one negated; the largest case spans several chunks): exactly the
+/// definition, and nothing written between the matrices.
+fn check_permute_batch<T: Real>(dev: &CudaDevice, seed: u64) {
+    let mut rng = Rng(seed);
+    let cases = permute_cases();
+    let (mut src, mut moves_at, mut dst_len) = (Vec::new(), Vec::new(), 5);
+    for (vdims, _, offset, len) in &cases {
+        let n: usize = vdims.iter().product();
+        let rows = vdims.first().copied().unwrap_or(1).max(1);
+        let layout = MatLayout {
+            offset: dst_len,
+            rows,
+            cols: n / rows,
+            ld: rows + 3,
+        };
+        moves_at.push((src.len() + offset, layout));
+        src.extend(random::<T>(&mut rng, *len));
+        dst_len += layout.extent().unwrap() + 4;
+    }
+    let guard = T::of(-7.0);
+    let mut expected = vec![guard; dst_len];
+    let moves: Vec<PermuteMove<'_>> = (cases.iter().zip(&moves_at).enumerate())
+        .map(|(k, ((vdims, vstrides, ..), &(offset, dst)))| {
+            let negate = k % 2 == 1;
+            let want = permute_reference(&src, offset, vdims, vstrides, negate);
+            for (i, &w) in want.iter().enumerate() {
+                expected[dst.offset + i % dst.rows + (i / dst.rows) * dst.ld] = w;
+            }
+            PermuteMove {
+                negate,
+                offset,
+                dims: vdims,
+                strides: vstrides,
+                dst,
+            }
+        })
+        .collect();
+    let dsrc = dev.upload(&src).unwrap();
+    let mut ddst = dev.upload(&vec![guard; dst_len]).unwrap();
+    dev.permute_copies(&dsrc, &mut ddst, &moves).unwrap();
+    assert!(
+        dev.download(&ddst).unwrap() == expected,
+        "{}: a batch of {} permuting copies differs from the definition",
+        T::NAME,
+        moves.len()
+    );
+}
+
+#[test]
+fn batched_permute_copies_match_the_definition() {
+    let Some(dev) = device_with_nvrtc() else {
+        return;
+    };
+    check_permute_batch::<f32>(&dev, 63);
+    check_permute_batch::<f64>(&dev, 64);
+}
+
+#[test]
+fn batched_permute_copies_refuse_bad_batches_and_write_nothing() {
+    let Some(dev) = device_with_nvrtc() else {
+        return;
+    };
+    let src = dev.upload(&[1.0_f64; 24]).unwrap();
+    let mut dst = dev.upload(&[5.0_f64; 24]).unwrap();
+    let good = |offset| PermuteMove {
+        negate: true,
+        offset: 0,
+        dims: &[2, 3],
+        strides: &[3, 1],
+        dst: MatLayout {
+            offset,
+            ..MatLayout::contiguous(2, 3)
+        },
+    };
+    // Two destinations one element apart overlap; a copy reaching past the source is
+    // refused after a good one: neither writes anything.
+    let err = dev
+        .permute_copies(&src, &mut dst, &[good(0), good(12), good(5)])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CudaError::OverlappingCopies {
+            first: 0,
+            second: 2
+        }
+    );
+    let past = PermuteMove {
+        offset: 20,
+        ..good(6)
+    };
+    let err = dev
+        .permute_copies(&src, &mut dst, &[good(0), past])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CudaError::OutOfBounds {
+                operand: "the source",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(dev.download(&dst).unwrap(), vec![5.0; 24]);
+    // An empty batch does nothing; a good one runs after the refusals.
+    dev.permute_copies(&src, &mut dst, &[]).unwrap();
+    dev.permute_copies(&src, &mut dst, &[good(0), good(6), good(12), good(18)])
         .unwrap();
     assert_eq!(dev.download(&dst).unwrap(), vec![-1.0; 24]);
 }

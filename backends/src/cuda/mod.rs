@@ -75,7 +75,7 @@ pub use batched::{BatchBuffers, GemmEntry, GemmGroup, may_overlap};
 pub use blas1::{DeviceVec, DeviceVecMut, VecLayout};
 pub use device::{CudaDevice, CudaScalar, DeviceBuffer};
 pub use gemm::{DeviceMat, DeviceMatMut, MatLayout, Op, StridedBatch};
-pub use permute::{MAX_AXES, PERMUTE_SOURCE, StridedView};
+pub use permute::{MAX_AXES, PERMUTE_SOURCE, PermuteMove, StridedView};
 
 use crate::cpu::GemmShapeMismatch;
 use cudarc::cublas::result::CublasError;
@@ -221,6 +221,17 @@ pub enum CudaError {
         first: (usize, usize),
         /// `(group, entry)` of the other.
         second: (usize, usize),
+    },
+    /// Two destinations of one batch of permuting copies may share an element.
+    #[error(
+        "expected the destinations of one batch of permuting copies to share no element, but \
+         copies {first} and {second} may"
+    )]
+    OverlappingCopies {
+        /// One copy's index in the batch.
+        first: usize,
+        /// The other's.
+        second: usize,
     },
     /// A permuting copy with more axes than its kernel takes.
     #[error("expected at most {max} axes for a permuting copy, but was given {given}")]

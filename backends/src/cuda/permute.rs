@@ -4,8 +4,9 @@
 //! element order column-major over the source's dims (first axis fastest, as core's strided
 //! views), with an optional sign flip.
 //!
-//! Owns: [`StridedView`], [`CudaDevice::permute_copy`], the kernel source [`PERMUTE_SOURCE`] and
-//! its compilation with NVRTC. The source is compiled once per process to PTX (NVRTC's default
+//! Owns: [`StridedView`], [`CudaDevice::permute_copy`], the batched
+//! [`CudaDevice::permute_copies`] (many copies in one launch, a chunk of one copy per thread
+//! block), the kernel source [`PERMUTE_SOURCE`] and its compilation with NVRTC. The source is compiled once per process to PTX (NVRTC's default
 //! virtual architecture, so the driver JIT-compiles it for whatever device loads it) and loaded
 //! once per [`CudaDevice`] on first use.
 //!
@@ -14,13 +15,15 @@
 //! reaches inside its buffer (its lowest and highest reach, whatever the strides' signs), the
 //! destination matrix holding exactly `n = prod(dims)` elements inside its buffer (leading dim
 //! at least its rows, so no two elements share a place), and every offset within the
-//! kernel's 64-bit integers; otherwise the call returns a [`CudaError`] and nothing is
+//! kernel's 64-bit integers (for a batch: every copy so, and no two destinations sharing an
+//! element, [`check_copies`]); otherwise the call returns a [`CudaError`] and nothing is
 //! enqueued or written. NVRTC is loaded only after [`super::probe_nvrtc`] saw it export every
 //! symbol cudarc calls, so a machine without libnvrtc gets [`CudaError::Unavailable`].
 //!
 //! The kernel is correctness-first: one thread per destination element (grid-stride), writes
 //! coalesced, reads gathered, one division per axis; tiled transposes are left for later.
 
+use super::batched::check_disjoint;
 use super::device::{CudaDevice, CudaScalar, DeviceBuffer};
 use super::gemm::MatLayout;
 use super::{CudaError, driver};
@@ -50,20 +53,28 @@ struct TesseraPermute {
 static_assert(sizeof(TesseraPermute) == 168, "the host's PermuteParams is 168 bytes");
 
 template <typename T>
+__device__ __forceinline__ void tessera_permute_element(const T* __restrict__ src,
+                                                        T* __restrict__ dst,
+                                                        const TesseraPermute& p,
+                                                        const long long i, const int negate) {
+    long long rem = i;
+    long long at = p.offset;
+    for (int d = 0; d < p.rank; ++d) {
+        const long long q = rem / p.dims[d];
+        at += (rem - q * p.dims[d]) * p.strides[d];
+        rem = q;
+    }
+    const T v = src[at];
+    const long long col = i / p.dst_rows;
+    dst[p.dst_offset + (i - col * p.dst_rows) + col * p.dst_ld] = negate ? -v : v;
+}
+
+template <typename T>
 __device__ void tessera_permute(const T* __restrict__ src, T* __restrict__ dst,
                                 const TesseraPermute p, const long long n, const int negate) {
     const long long step = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
-        long long rem = i;
-        long long at = p.offset;
-        for (int d = 0; d < p.rank; ++d) {
-            const long long q = rem / p.dims[d];
-            at += (rem - q * p.dims[d]) * p.strides[d];
-            rem = q;
-        }
-        const T v = src[at];
-        const long long col = i / p.dst_rows;
-        dst[p.dst_offset + (i - col * p.dst_rows) + col * p.dst_ld] = negate ? -v : v;
+        tessera_permute_element<T>(src, dst, p, i, negate);
     }
 }
 
@@ -77,6 +88,38 @@ extern "C" __global__ void tessera_permute_f64(const double* src, double* dst,
                                                const TesseraPermute p, const long long n,
                                                const int negate) {
     tessera_permute<double>(src, dst, p, n, negate);
+}
+
+// Many copies in one launch: thread block b does elements start..end of copy `copy`.
+struct TesseraPermuteChunk {
+    long long start;
+    long long end;
+    int copy;
+    int negate;
+};
+static_assert(sizeof(TesseraPermuteChunk) == 24, "the host's PermuteChunk is 24 bytes");
+
+template <typename T>
+__device__ void tessera_permute_chunks(const T* __restrict__ src, T* __restrict__ dst,
+                                       const TesseraPermute* __restrict__ params,
+                                       const TesseraPermuteChunk* __restrict__ chunks) {
+    const TesseraPermuteChunk c = chunks[blockIdx.x];
+    const TesseraPermute p = params[c.copy];
+    for (long long i = c.start + threadIdx.x; i < c.end; i += blockDim.x) {
+        tessera_permute_element<T>(src, dst, p, i, c.negate);
+    }
+}
+
+extern "C" __global__ void tessera_permute_chunks_f32(const float* src, float* dst,
+                                                      const TesseraPermute* params,
+                                                      const TesseraPermuteChunk* chunks) {
+    tessera_permute_chunks<float>(src, dst, params, chunks);
+}
+
+extern "C" __global__ void tessera_permute_chunks_f64(const double* src, double* dst,
+                                                      const TesseraPermute* params,
+                                                      const TesseraPermuteChunk* chunks) {
+    tessera_permute_chunks<double>(src, dst, params, chunks);
 }
 "#;
 
@@ -100,6 +143,108 @@ pub(crate) struct PermuteParams {
 // fields, then two four-byte ones), laid out exactly as `TesseraPermute` in the kernel source,
 // so passing its bytes as the kernel parameter is what the kernel reads.
 unsafe impl DeviceRepr for PermuteParams {}
+
+/// One chunk of a batch of permuting copies (`TesseraPermuteChunk` in [`PERMUTE_SOURCE`]):
+/// destination elements `start..end` of copy `copy`, negated when `negate` is 1.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PermuteChunk {
+    pub(crate) start: i64,
+    pub(crate) end: i64,
+    pub(crate) copy: i32,
+    pub(crate) negate: i32,
+}
+
+// SAFETY: `repr(C)` of two eight-byte and two four-byte integers, no padding, laid out as
+// `TesseraPermuteChunk` in the kernel source (which asserts its 24 bytes).
+unsafe impl DeviceRepr for PermuteChunk {}
+
+/// Destination elements one thread block of a batch of copies moves: a copy of `n`
+/// elements is `ceil(n / CHUNK)` chunks, so a large copy spreads over the device and a small
+/// one costs one block, not a launch.
+const CHUNK: usize = 8192;
+
+/// Threads per block of the permute kernels.
+const THREADS: u32 = 256;
+
+/// One copy of [`CudaDevice::permute_copies`]: a strided source in the batch's source buffer
+/// into a matrix of the batch's destination buffer, as [`CudaDevice::permute_copy`] takes
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub struct PermuteMove<'a> {
+    /// Whether the copy flips every sign.
+    pub negate: bool,
+    /// The source element of index `(0, ..., 0)`.
+    pub offset: usize,
+    /// The source's extent per axis (at most [`MAX_AXES`]).
+    pub dims: &'a [usize],
+    /// The source's step per axis, in elements; any sign.
+    pub strides: &'a [isize],
+    /// The destination matrix, of exactly `prod(dims)` elements.
+    pub dst: MatLayout,
+}
+
+/// One buffer of a batch as [`check_copies`] sees it: its device ordinal and length.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BufferMeta {
+    pub(crate) ordinal: usize,
+    pub(crate) len: usize,
+}
+
+/// Checks a batch of permuting copies run on device `device`: each copy as [`check`], then
+/// that no two destinations share an element ([`CudaError::OverlappingCopies`]: one launch
+/// runs them in any order). Returns the kernel's parameter table (one entry per non-empty
+/// copy) and its chunks, which cover every element of every non-empty copy exactly once.
+/// Needs no device.
+pub(crate) fn check_copies(
+    device: usize,
+    src: BufferMeta,
+    dst: BufferMeta,
+    moves: &[PermuteMove<'_>],
+) -> Result<(Vec<PermuteParams>, Vec<PermuteChunk>), CudaError> {
+    let mut params = Vec::with_capacity(moves.len());
+    let mut chunks = Vec::new();
+    let mut destinations = Vec::with_capacity(moves.len());
+    for (k, m) in moves.iter().enumerate() {
+        let (p, n) = check(
+            device,
+            PermuteArgs {
+                src_ordinal: src.ordinal,
+                src_len: src.len,
+                src_offset: m.offset,
+                dims: m.dims,
+                strides: m.strides,
+                dst_ordinal: dst.ordinal,
+                dst_len: dst.len,
+                dst: m.dst,
+            },
+        )?;
+        if n == 0 {
+            continue;
+        }
+        let copy = i32::try_from(params.len()).map_err(|_| CudaError::TooLarge {
+            what: "the copies of one batch",
+            value: moves.len(),
+            bits: 31,
+        })?;
+        params.push(p);
+        destinations.push(((0, k), m.dst));
+        chunks.extend((0..n).step_by(CHUNK).map(|start| PermuteChunk {
+            start,
+            end: (start + CHUNK as i64).min(n),
+            copy,
+            negate: i32::from(m.negate),
+        }));
+    }
+    check_disjoint(&destinations).map_err(|e| match e {
+        CudaError::OverlappingOutputs { first, second } => CudaError::OverlappingCopies {
+            first: first.1,
+            second: second.1,
+        },
+        other => other,
+    })?;
+    Ok((params, chunks))
+}
 
 /// A strided N-d source in a device buffer: element `(i_0, ..., i_{r-1})` lies at
 /// `offset + sum_d i_d * strides[d]`.
@@ -237,10 +382,12 @@ pub(crate) fn check(device: usize, a: PermuteArgs<'_>) -> Result<(PermuteParams,
     Ok((params, long("the element count", n)?))
 }
 
-/// The two kernels of one device's module, indexed by [`CudaScalar`]'s `KERNEL`.
+/// The kernels of one device's module, each pair indexed by [`CudaScalar`]'s `KERNEL`: one
+/// copy per launch, and a batch of copies per launch.
 #[derive(Debug)]
 pub(crate) struct PermuteKernels {
     functions: [CudaFunction; 2],
+    chunked: [CudaFunction; 2],
 }
 
 /// The kernel source compiled to PTX, once per process.
@@ -282,6 +429,10 @@ impl CudaDevice {
                 };
                 Ok(Arc::new(PermuteKernels {
                     functions: [load("tessera_permute_f32")?, load("tessera_permute_f64")?],
+                    chunked: [
+                        load("tessera_permute_chunks_f32")?,
+                        load("tessera_permute_chunks_f64")?,
+                    ],
                 }))
             })
             .clone()
@@ -334,12 +485,11 @@ impl CudaDevice {
         let (src_base, _src_read) = src.buf.as_cuda_slice().device_ptr(stream);
         let (dst_base, _dst_write) = dst.as_cuda_slice_mut().device_ptr_mut(stream);
         let negate = i32::from(negate);
-        const THREADS: u64 = 256;
         // At most 2^16 blocks; the kernel strides over the rest.
-        let blocks = (n as u64).div_ceil(THREADS).min(1 << 16) as u32;
+        let blocks = (n as u64).div_ceil(u64::from(THREADS)).min(1 << 16) as u32;
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
-            block_dim: (THREADS as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut launch = stream.launch_builder(function);
@@ -361,6 +511,82 @@ impl CudaDevice {
         unsafe { launch.launch(cfg) }
             .map(|_| ())
             .map_err(driver("launch a permute kernel"))
+    }
+
+    /// Every copy of `moves` (each as [`permute_copy`](Self::permute_copy) takes it, all from
+    /// `src` into `dst`) in one launch on this device's stream: each thread block moves one
+    /// chunk of one copy, so many small copies (the blocks of a tensor) cost one launch, not
+    /// one each. The destinations must not share an element (the copies run in any order).
+    /// Returns once enqueued.
+    ///
+    /// # Errors
+    ///
+    /// As [`permute_copy`](Self::permute_copy), for the first copy that fails its checks;
+    /// [`CudaError::OverlappingCopies`]; [`CudaError::TooLarge`] for more chunks than one
+    /// launch takes (2^31 - 1): nothing is enqueued and the destination is untouched. The
+    /// driver's error if copying the tables to the device or launching fails.
+    pub fn permute_copies<T: CudaScalar>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dst: &mut DeviceBuffer<T>,
+        moves: &[PermuteMove<'_>],
+    ) -> Result<(), CudaError> {
+        let meta = |ordinal, len| BufferMeta { ordinal, len };
+        let (params, chunks) = check_copies(
+            self.ordinal(),
+            meta(src.ordinal(), src.len()),
+            meta(dst.ordinal(), dst.len()),
+            moves,
+        )?;
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let grid = u32::try_from(chunks.len())
+            .ok()
+            .filter(|&g| g <= i32::MAX as u32)
+            .ok_or(CudaError::TooLarge {
+                what: "the chunks of one batch of permuting copies",
+                value: chunks.len(),
+                bits: 31,
+            })?;
+        let kernels = self.permute_kernels()?;
+        let function = &kernels.chunked[T::KERNEL];
+        self.bind()?;
+        let stream = self.stream();
+        let params_dev = stream
+            .clone_htod(&params)
+            .map_err(driver("copy permute parameters to the device"))?;
+        let chunks_dev = stream
+            .clone_htod(&chunks)
+            .map_err(driver("copy permute chunks to the device"))?;
+        let (src_base, _src_read) = src.as_cuda_slice().device_ptr(stream);
+        let (dst_base, _dst_write) = dst.as_cuda_slice_mut().device_ptr_mut(stream);
+        let (params_base, _params_read) = params_dev.device_ptr(stream);
+        let (chunks_base, _chunks_read) = chunks_dev.device_ptr(stream);
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(function);
+        launch
+            .arg(&src_base)
+            .arg(&dst_base)
+            .arg(&params_base)
+            .arg(&chunks_base);
+        // SAFETY: the arguments match the kernel's signature in order and type (four device
+        // pointers as 64-bit values). `check_copies` checked every copy as `permute_copy`
+        // does (source reach inside `src`, a destination matrix of exactly its elements
+        // inside `dst`, both on this device, whose context is current) and kept the
+        // destinations apart, so no two threads write one element; `dst` is borrowed
+        // mutably, so it is not `src`. The tables were uploaded earlier on this stream, one
+        // parameter set per chunk's `copy` index and one chunk per block of the grid, and
+        // are freed stream-ordered after the launch (as the batched GEMMs' pointer arrays).
+        // The module lives in `kernels`, and the guards record every buffer's use on the
+        // stream after the launch is enqueued.
+        unsafe { launch.launch(cfg) }
+            .map(|_| ())
+            .map_err(driver("launch a batched permute kernel"))
     }
 }
 
@@ -632,7 +858,80 @@ mod tests {
         );
     }
 
-    /// NVRTC needs no driver: wherever it loads, the kernels compile, with both entry points
+    /// Runs everywhere: a batch's chunks cover every element of every non-empty copy once,
+    /// in order, at most `CHUNK` each, with the copy's parameters and sign; empty copies get
+    /// none; overlapping destinations and a bad copy are refused by their index.
+    #[test]
+    fn batches_are_chunked_exactly_and_checked_whole() {
+        let meta = |len| BufferMeta { ordinal: 0, len };
+        let at = |offset, rows, cols| MatLayout {
+            offset,
+            ..MatLayout::contiguous(rows, cols)
+        };
+        let mv = |negate, dims: &'static [usize], strides: &'static [isize], dst| PermuteMove {
+            negate,
+            offset: 0,
+            dims,
+            strides,
+            dst,
+        };
+        let moves = [
+            mv(false, &[100, 200], &[200, 1], at(0, 100, 200)),
+            mv(true, &[0, 5], &[1, 1], at(20_000, 0, 5)),
+            mv(true, &[3], &[1], at(20_000, 3, 1)),
+            mv(false, &[CHUNK], &[1], at(20_003, CHUNK, 1)),
+        ];
+        let (params, chunks) = check_copies(0, meta(20_000), meta(40_000), &moves).unwrap();
+        assert_eq!(params.len(), 3, "the empty copy has no parameters");
+        assert_eq!(
+            params.iter().map(|p| p.dst_offset).collect::<Vec<_>>(),
+            [0, 20_000, 20_003]
+        );
+        for (copy, (n, negate)) in [(20_000, 0), (3, 1), (CHUNK as i64, 0)].iter().enumerate() {
+            let mine: Vec<&PermuteChunk> =
+                chunks.iter().filter(|c| c.copy == copy as i32).collect();
+            assert_eq!(mine.first().map(|c| c.start), Some(0));
+            assert_eq!(mine.last().map(|c| c.end), Some(*n));
+            for w in mine.windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+            }
+            for c in &mine {
+                assert!(c.start < c.end && c.end - c.start <= CHUNK as i64);
+                assert_eq!(c.negate, *negate);
+            }
+        }
+        assert_eq!(chunks.len(), 3 + 1 + 1);
+        // The third copy's destination meets the first's: refused, by the copies' indices.
+        let clash = [moves[0], moves[2], mv(false, &[3], &[1], at(199, 3, 1))];
+        assert_eq!(
+            check_copies(0, meta(20_000), meta(40_000), &clash),
+            Err(CudaError::OverlappingCopies {
+                first: 0,
+                second: 2
+            })
+        );
+        // A copy that fails its own checks fails the batch with its error.
+        let past = [
+            moves[2],
+            PermuteMove {
+                offset: 1,
+                ..mv(false, &[3], &[1], at(30_000, 3, 1))
+            },
+        ];
+        assert!(matches!(
+            check_copies(0, meta(3), meta(40_000), &past),
+            Err(CudaError::OutOfBounds {
+                operand: "the source",
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_copies(1, meta(20_000), meta(40_000), &moves[..1]),
+            Err(CudaError::WrongDevice { .. })
+        ));
+    }
+
+    /// NVRTC needs no driver: wherever it loads, the kernels compile, with every entry point
     /// and the 168-byte parameter the host passes.
     #[test]
     fn the_kernel_source_compiles_wherever_nvrtc_loads() {
@@ -642,8 +941,10 @@ mod tests {
         }
         let ptx = ptx().unwrap().to_src();
         for ty in ["f32", "f64"] {
-            let entry = format!(".entry tessera_permute_{ty}(");
-            assert!(ptx.contains(&entry), "no {entry} in the PTX");
+            for kernel in ["permute", "permute_chunks"] {
+                let entry = format!(".entry tessera_{kernel}_{ty}(");
+                assert!(ptx.contains(&entry), "no {entry} in the PTX");
+            }
             let param = format!("tessera_permute_{ty}_param_2[168]");
             assert!(ptx.contains(&param), "no {param} in the PTX");
         }
