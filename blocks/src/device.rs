@@ -294,8 +294,8 @@ pub fn block_matrix<S: AbelianSector>(
 
 /// The element ranges blocks `ids` of `s` cover, sorted and merged where adjacent: a coupled
 /// sector whose region the selected blocks fill is one range (its blocks tile it: they lie
-/// in it, apart, and their sizes sum to its size); any other block gives its columns, or
-/// one range when they are contiguous. So a whole array is a range per run of sectors, with
+/// in it, apart, and their sizes sum to its size); any other block gives its matrix's
+/// runs ([`MatLayout::runs`]). So a whole array is a range per run of sectors, with
 /// no per-column work, even where blocks are a few rows tall and millions of columns wide.
 fn element_runs<S: AbelianSector>(s: &BlockStructure<S>, ids: &[usize]) -> Vec<Range<usize>> {
     let mut selected = vec![false; s.num_blocks()];
@@ -317,17 +317,7 @@ fn element_runs<S: AbelianSector>(s: &BlockStructure<S>, ids: &[usize]) -> Vec<R
             continue;
         }
         let m = block_matrix(s, id, s.n_codomain()).expect("the layout's fold of a block");
-        if m.rows == 0 || m.cols == 0 {
-            continue;
-        }
-        if m.ld == m.rows {
-            runs.push(m.offset..m.offset + m.rows * m.cols);
-        } else {
-            runs.extend((0..m.cols).map(|j| {
-                let start = m.offset + j * m.ld;
-                start..start + m.rows
-            }));
-        }
+        runs.extend(m.runs());
     }
     runs.sort_unstable_by_key(|r| r.start);
     let mut merged: Vec<Range<usize>> = Vec::with_capacity(runs.len());

@@ -415,15 +415,10 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
                         dev.zero(cbuf, *layout)?;
                     } else if beta != T::ONE {
                         // One call for a contiguous block, else one per column.
-                        let (runs, len, step) = if layout.ld == layout.rows {
-                            (1, layout.rows * layout.cols, 0)
-                        } else {
-                            (layout.cols, layout.rows, layout.ld)
-                        };
-                        for j in 0..runs {
+                        for run in layout.runs() {
                             let run = tessera_backends::cuda::VecLayout {
-                                offset: layout.offset + j * step,
-                                ..tessera_backends::cuda::VecLayout::contiguous(len)
+                                offset: run.start,
+                                ..tessera_backends::cuda::VecLayout::contiguous(run.len())
                             };
                             dev.scal(beta, cbuf.vec_mut(run))?;
                         }
@@ -544,10 +539,6 @@ mod tests {
         Some([out.remove(0), out.remove(0)])
     }
 
-    /// Runs everywhere: the lowered calls, evaluated by a reference GEMM on the flat host
-    /// allocations of `A'` and `B'` (made by the CPU backend's permutes, as the device makes
-    /// them with its own), give the CPU backend's result: the layouts, leading dims, pair
-    /// order and starting betas the device runs are right for every strategy.
     /// The products one launch computes, as calls: a strided batch expanded from its first
     /// entry by its strides (so its entries are what cuBLAS will compute, not the batch's
     /// own list).
@@ -614,6 +605,10 @@ mod tests {
         assert!(!launches_alone::<f64>(&batch(128, 128, 128, 1)));
     }
 
+    /// Runs everywhere: the lowered calls, evaluated by a reference GEMM on the flat host
+    /// allocations of `A'` and `B'` (made by the CPU backend's permutes, as the device makes
+    /// them with its own), give the CPU backend's result: the layouts, leading dims, pair
+    /// order and starting betas the device runs are right for every strategy.
     #[test]
     fn lowered_gemm_calls_reproduce_the_cpu_contraction() {
         fn run<S: Kind>(seed: u64) {

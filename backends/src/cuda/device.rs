@@ -759,16 +759,9 @@ impl CudaDevice {
             return Ok(());
         }
         self.bind()?;
-        // Contiguous columns: one run of all of them; else one run per column.
-        let (count, len, step) = if layout.ld == layout.rows {
-            (1, layout.rows * layout.cols, 0)
-        } else {
-            (layout.cols, layout.rows, layout.ld)
-        };
-        for j in 0..count {
-            let start = layout.offset + j * step;
+        for run in layout.runs() {
             self.stream
-                .memset_zeros(&mut dst.slice.slice_mut(start..start + len))
+                .memset_zeros(&mut dst.slice.slice_mut(run))
                 .map_err(driver("set device memory to zero"))?;
         }
         Ok(())

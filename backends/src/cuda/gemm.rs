@@ -49,6 +49,18 @@ impl MatLayout {
         (self.cols - 1).checked_mul(self.ld)?.checked_add(self.rows)
     }
 
+    /// The contiguous element ranges the matrix covers, in order: one for a matrix whose
+    /// columns abut (`ld == rows`), else one per column; none for an empty matrix.
+    pub fn runs(&self) -> impl Iterator<Item = std::ops::Range<usize>> + use<> {
+        let (count, len, step) = match (self.rows, self.cols) {
+            (0, _) | (_, 0) => (0, 0, 0),
+            _ if self.ld == self.rows => (1, self.rows * self.cols, 0),
+            _ => (self.cols, self.rows, self.ld),
+        };
+        let offset = self.offset;
+        (0..count).map(move |j| offset + j * step..offset + j * step + len)
+    }
+
     /// The dims of `op(self)`.
     fn op_dims(&self, op: Op) -> (usize, usize) {
         match op {
@@ -399,6 +411,29 @@ impl CudaDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs everywhere: a matrix's runs are its elements in order, one range when its
+    /// columns abut, none when it is empty.
+    #[test]
+    fn runs_cover_exactly_the_elements() {
+        let at = |offset, rows, cols, ld| MatLayout {
+            offset,
+            rows,
+            cols,
+            ld,
+        };
+        let ends = |m: MatLayout| m.runs().map(|r| (r.start, r.end)).collect::<Vec<_>>();
+        assert_eq!(ends(at(5, 3, 4, 3)), [(5, 17)]);
+        assert_eq!(ends(at(5, 2, 3, 4)), [(5, 7), (9, 11), (13, 15)]);
+        assert_eq!(at(5, 0, 3, 1).runs().count(), 0);
+        assert_eq!(at(5, 2, 0, 2).runs().count(), 0);
+        for m in [at(1, 3, 4, 7), at(0, 4, 2, 4), at(2, 1, 5, 3)] {
+            let elements: Vec<usize> = (0..m.cols)
+                .flat_map(|j| (0..m.rows).map(move |i| m.offset + j * m.ld + i))
+                .collect();
+            assert_eq!(m.runs().flatten().collect::<Vec<_>>(), elements);
+        }
+    }
 
     /// Runs everywhere: the layout checks need no device.
     #[test]
