@@ -99,6 +99,14 @@ impl<T: Scalar, S: AbelianSector> BlockSetRegion<T, S> {
         &self.ids
     }
 
+    /// Where block `k` of the set starts (panics past the end).
+    fn offset(&self, k: usize) -> usize {
+        self.structure
+            .block(self.ids[k])
+            .expect("ids checked")
+            .offset()
+    }
+
     /// Block `k` of the set (panics past the end): offset, dims, strides.
     fn descriptor(&self, k: usize) -> (usize, &[usize], SmallVec<[isize; 6]>) {
         let block = self.structure.block(self.ids[k]).expect("ids checked");
@@ -121,6 +129,17 @@ impl<'a, T: Scalar, S: AbelianSector> BlockViews<'a, T, S> {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.region.ids.is_empty()
+    }
+
+    /// The address of the first element of the set's block `k` (panics past the end): the
+    /// base of what [`get`](Self::get) views, for kernels planned ahead from the block's
+    /// shape and strides in the structure (a [`CopyPlan`](tessera_core::CopyPlan)), which
+    /// skip building a view per block. The read grant covers exactly those elements.
+    pub fn block_ptr(&self, k: usize) -> *const T {
+        self.region
+            .buffer
+            .as_ptr()
+            .wrapping_add(self.region.offset(k))
     }
 
     /// The view of the set's block `k` (panics past the end, like indexing).
@@ -149,6 +168,18 @@ impl<T: Scalar, S: AbelianSector> BlockViewsMut<'_, T, S> {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.region.ids.is_empty()
+    }
+
+    /// The address of the first element of the set's block `k` (panics past the end), as
+    /// [`BlockViews::block_ptr`]: the write grant covers exactly the elements of the block's
+    /// shape and strides in the structure. Writing through it while a view of the same block
+    /// from [`get_mut`](Self::get_mut) lives is the caller's to avoid.
+    pub fn block_ptr(&mut self, k: usize) -> *mut T {
+        self.region
+            .buffer
+            .as_ptr()
+            .cast_mut()
+            .wrapping_add(self.region.offset(k))
     }
 
     /// The set's block `k`, exclusively, for as long as `self` stays borrowed (panics past

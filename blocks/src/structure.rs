@@ -61,10 +61,12 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bitvec::field::BitField;
 use bitvec::prelude::{BitSlice, BitVec};
+use smallvec::SmallVec;
+use tessera_core::CopyPlan;
 
 use crate::error::Error;
 use crate::leg::Leg;
@@ -293,7 +295,9 @@ impl<S: AbelianSector> fmt::Debug for Block<'_, S> {
     }
 }
 
-/// A structure with its legs reordered (see [`BlockStructure::permuted`]).
+/// A structure with its legs reordered (see [`BlockStructure::permuted`]): the plan of a
+/// permutation, which also keeps, once the permutation has run, the copy of every block
+/// planned from the two layouts.
 #[derive(Clone, Debug)]
 pub struct Permuted<S: AbelianSector> {
     /// The permuted structure.
@@ -302,12 +306,63 @@ pub struct Permuted<S: AbelianSector> {
     pub block_map: Vec<usize>,
     /// Bit `old` is set when block `old` picks up the fermionic sign `-1`.
     pub negative: BitVec,
+    /// The permutation of the legs (new leg `k` is old leg `perm[k]`).
+    perm: Vec<usize>,
+    /// Per original block, the copy into its image, planned on first use for the original
+    /// structure kept beside the plans.
+    copies: OnceLock<PlannedCopies<S>>,
 }
+
+/// A permutation's copy plans (one per block of the original), with the original structure
+/// they were planned for.
+type PlannedCopies<S> = (Arc<BlockStructure<S>>, Arc<[CopyPlan]>);
 
 impl<S: AbelianSector> Permuted<S> {
     /// The fermionic sign (`+1` or `-1`) of original block `old`, if it is a block.
     pub fn sign(&self, old: usize) -> Option<i8> {
         self.negative.get(old).map(|b| if *b { -1 } else { 1 })
+    }
+
+    /// The permutation of the legs it was computed for: new leg `k` is old leg `perm[k]`.
+    pub fn perm(&self) -> &[usize] {
+        &self.perm
+    }
+
+    /// Per block `old` of `source`, the copy of its elements (legs permuted) onto block
+    /// `block_map[old]` of the permuted structure, planned from the two blocks' shapes and
+    /// strides; `None` when `source` has other blocks than the structure this was computed
+    /// from (a block count or a permuted shape that differs). Planned once and kept (for one
+    /// source structure at a time): a contraction that permutes the same operands again and
+    /// again moves its blocks without planning a copy per block.
+    pub(crate) fn copy_plans(&self, source: &Arc<BlockStructure<S>>) -> Option<Arc<[CopyPlan]>> {
+        if let Some((planned_for, plans)) = self.copies.get()
+            && (Arc::ptr_eq(planned_for, source) || **planned_for == **source)
+        {
+            return Some(Arc::clone(plans));
+        }
+        if source.num_blocks() != self.block_map.len() || source.num_legs() != self.perm.len() {
+            return None;
+        }
+        let mut plans = Vec::with_capacity(source.num_blocks());
+        let mut src_strides = Vec::with_capacity(self.perm.len());
+        let mut dims = Vec::with_capacity(self.perm.len());
+        for (b, &j) in source.blocks().zip(&self.block_map) {
+            let image = self.structure.block(j)?;
+            dims.clear();
+            dims.extend(self.perm.iter().map(|&p| b.shape()[p]));
+            if dims != image.shape() {
+                return None;
+            }
+            src_strides.clear();
+            src_strides.extend(self.perm.iter().map(|&p| b.strides()[p] as isize));
+            let dst_strides: SmallVec<[isize; 6]> =
+                image.strides().iter().map(|&s| s as isize).collect();
+            plans.push(CopyPlan::new(&dims, &dst_strides, &src_strides));
+        }
+        let plans: Arc<[CopyPlan]> = plans.into();
+        // Kept for the first source planned for; another one is planned at each use.
+        let _ = self.copies.set((Arc::clone(source), Arc::clone(&plans)));
+        Some(plans)
     }
 }
 
@@ -661,6 +716,8 @@ impl<S: AbelianSector> BlockStructure<S> {
             structure,
             block_map,
             negative,
+            perm: perm.to_vec(),
+            copies: OnceLock::new(),
         })
     }
 

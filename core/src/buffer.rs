@@ -961,6 +961,270 @@ fn for_each_offset_pair(dims: &[usize], a: &[isize], b: &[isize], mut f: impl Fn
     }
 }
 
+/// A strided copy planned from its two layouts alone, for any pair of base pointers with
+/// those layouts: the axes merged, the source's fastest axis found, the loops chosen. This
+/// is what [`StridedMut::assign`] and its kin plan at every call; a caller that moves many
+/// blocks of the same layouts again and again (a planned permutation keeps one per block)
+/// plans once and runs the plan with [`CopyPlan::copy_flipped`].
+///
+/// ```
+/// use tessera_core::{CopyPlan, SharedBuffer, Stores};
+///
+/// // A 3 x 2 column-major source, copied transposed into a 2 x 3 column-major destination.
+/// let src = SharedBuffer::<f64>::from_fn(6, |i| i as f64);
+/// let dst = SharedBuffer::<f64>::zeroed(6);
+/// let plan = CopyPlan::new(&[2, 3], &[1, 2], &[3, 1]);
+/// // SAFETY: both layouts lie inside their fresh buffers, which nothing else uses; the
+/// // destination layout is one-to-one.
+/// unsafe { plan.copy_flipped(dst.as_ptr().cast_mut(), src.as_ptr(), 0, |x| x, Stores::Cached) };
+/// // SAFETY: the copy is done and nothing else uses the buffer.
+/// let out = unsafe { dst.view(0, &[6], &[1]) }.to_vec();
+/// assert_eq!(out, [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct CopyPlan {
+    /// The merged axes: their extents, then the destination's and the source's strides.
+    dims: SmallVec<[usize; AXES]>,
+    dst: SmallVec<[isize; AXES]>,
+    src: SmallVec<[isize; AXES]>,
+    walk: Walk,
+}
+
+/// How a [`CopyPlan`] visits its elements.
+#[derive(Clone, Debug)]
+enum Walk {
+    /// There are none.
+    Empty,
+    /// Runs contiguous in both layouts, or element by element along the destination's first
+    /// axis where that is also the source's fastest.
+    Runs,
+    /// Tiles over the destination's axis 0 and the source's fastest axis `fast`; the other
+    /// axes are outer loops (their extents, destination and source strides).
+    Tiles {
+        fast: usize,
+        outer_dims: SmallVec<[usize; AXES]>,
+        outer_dst: SmallVec<[isize; AXES]>,
+        outer_src: SmallVec<[isize; AXES]>,
+    },
+}
+
+impl CopyPlan {
+    /// The plan of `dst <- src` for layouts of extents `dims` with the given strides (in
+    /// elements; negative ones allowed).
+    ///
+    /// # Panics
+    ///
+    /// If a stride list's length differs from the number of axes.
+    pub fn new(dims: &[usize], dst_strides: &[isize], src_strides: &[isize]) -> Self {
+        assert!(
+            dst_strides.len() == dims.len() && src_strides.len() == dims.len(),
+            "{} axes with {} destination and {} source strides",
+            dims.len(),
+            dst_strides.len(),
+            src_strides.len()
+        );
+        if dims.contains(&0) {
+            return Self {
+                dims: dims.into(),
+                dst: dst_strides.into(),
+                src: src_strides.into(),
+                walk: Walk::Empty,
+            };
+        }
+        let (dims, dst, src) = merge_axes(dims, dst_strides, src_strides);
+        // The source axis with the smallest stride (other than length-1 axes).
+        let fast = (0..dims.len())
+            .filter(|&a| dims[a] > 1)
+            .min_by_key(|&a| src[a].unsigned_abs());
+        let walk = match fast.filter(|&a| a != 0 && dims[0] > 1) {
+            None => Walk::Runs,
+            Some(fast) => {
+                let outer: SmallVec<[usize; AXES]> =
+                    (1..dims.len()).filter(|&a| a != fast).collect();
+                Walk::Tiles {
+                    fast,
+                    outer_dims: outer.iter().map(|&a| dims[a]).collect(),
+                    outer_dst: outer.iter().map(|&a| dst[a]).collect(),
+                    outer_src: outer.iter().map(|&a| src[a]).collect(),
+                }
+            }
+        };
+        Self {
+            dims,
+            dst,
+            src,
+            walk,
+        }
+    }
+
+    /// Runs the plan: `dst[i] = flip(src[i])` for every multi-index `i`, as
+    /// [`StridedMut::assign_flipped`] does for views with the planned layouts (the same
+    /// vector kernels for the full squares of a plain transpose, flipping the bits of `mask`;
+    /// the same bits either way).
+    ///
+    /// # Safety
+    ///
+    /// Every element of the destination layout at `dst` lies inside an allocation the caller
+    /// may write exclusively for the duration of the call, and its strides map distinct
+    /// indices to distinct elements; every element of the source layout at `src` lies inside
+    /// an allocation the caller may read; the two sets of elements do not overlap.
+    pub unsafe fn copy_flipped<T: Copy + 'static>(
+        &self,
+        dst: *mut T,
+        src: *const T,
+        mask: u128,
+        flip: impl Fn(T) -> T,
+        stores: Stores,
+    ) {
+        let stream = stores == Stores::Streaming;
+        let kernel = transpose_kernel::<T>().map(|k| (k, mask, stream));
+        // SAFETY: the caller's contract is `run`'s.
+        unsafe { self.run(dst, src, flip, kernel) }
+    }
+
+    /// Runs the plan with `f` and, when given, `kernel` for the full squares of a plain
+    /// transpose (which must then compute what `f` would).
+    ///
+    /// # Safety
+    ///
+    /// As [`CopyPlan::copy_flipped`]; and `kernel`, when given, was chosen by
+    /// [`transpose_kernel`] for `T`, with `U` = `T`.
+    unsafe fn run<T: Copy, U: Copy>(
+        &self,
+        pd: *mut T,
+        ps: *const U,
+        f: impl Fn(U) -> T,
+        kernel: Option<(TransposeKernel, u128, bool)>,
+    ) {
+        let (dims, ds, ss) = (&self.dims, &self.dst, &self.src);
+        let (fast, outer_dims, outer_d, outer_s) = match &self.walk {
+            Walk::Empty => return,
+            Walk::Runs => {
+                for_each_common_run(dims, [ds, ss], |_, run, [od, os]| {
+                    // SAFETY: the run lies inside both layouts (it is contiguous in both),
+                    // which the caller vouches for; the destination is written exclusively.
+                    let (d, s) = unsafe {
+                        (
+                            std::slice::from_raw_parts_mut(pd.offset(od), run),
+                            std::slice::from_raw_parts(ps.offset(os), run),
+                        )
+                    };
+                    for (d, &s) in d.iter_mut().zip(s) {
+                        *d = f(s);
+                    }
+                });
+                return;
+            }
+            Walk::Tiles {
+                fast,
+                outer_dims,
+                outer_dst,
+                outer_src,
+            } => (*fast, outer_dims, outer_dst, outer_src),
+        };
+        // Tiles over destination axis 0 and axis `fast`; the other axes are outer loops.
+        let (d0, df, s0, sf) = (ds[0], ds[fast], ss[0], ss[fast]);
+        let (n0, nf) = (dims[0], dims[fast]);
+        // One rectangle `rows x cols` of the 2-D problem (destination axis 0 by axis
+        // `fast`), element by element, at outer offsets (bd, bs).
+        let scalar =
+            |bd: isize, bs: isize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+                if rows.is_empty() {
+                    return; // its start may lie past the view
+                }
+                for i_f in cols {
+                    let i_f = i_f as isize;
+                    // SAFETY: rows < n0 and i_f < nf at an in-range outer index, so every offset
+                    // lies in its layout, inside the allocations the caller vouches for (the
+                    // destination's written exclusively, apart from the source).
+                    unsafe {
+                        let mut dp = pd.offset(bd + rows.start as isize * d0 + i_f * df);
+                        let mut sp = ps.offset(bs + rows.start as isize * s0 + i_f * sf);
+                        for _ in rows.clone() {
+                            *dp = f(*sp);
+                            // Wrapping: after the last element the pointers step past the view,
+                            // and are never dereferenced there.
+                            dp = dp.wrapping_offset(d0);
+                            sp = sp.wrapping_offset(s0);
+                        }
+                    }
+                }
+            };
+        for_each_offset_pair(outer_dims, outer_d, outer_s, |bd, bs| {
+            if d0 == 1 && sf == 1 {
+                // A plain transpose: bands of MICRO destination rows; along a band the source
+                // is read as MICRO sequential streams (which the hardware prefetches) and the
+                // destination written in whole lines, one register-sized square at a time.
+                let (n0m, nfm) = (n0 - n0 % MICRO, nf - nf % MICRO);
+                if let Some((kernel, mask, stream)) = kernel.filter(|_| n0m > 0 && nfm > 0) {
+                    // SAFETY: each call's rectangle is rows kt..kt + h of 0..n0m and columns
+                    // jt..jt + w of 0..nfm (h, w multiples of MICRO, as KERNEL_TILE is), so
+                    // its squares span i0 < n0m <= n0 and f < nfm <= nf at an
+                    // in-range outer index: inside both layouts, with d0 = sf = 1 and the
+                    // leading dimensions df, s0 in elements; the caller vouches for the
+                    // allocations (the destination's exclusive, apart from the source).
+                    // `kernel` was chosen for `T` (= `U`) and this CPU by
+                    // `transpose_kernel`.
+                    unsafe {
+                        for jt in (0..nfm).step_by(KERNEL_TILE) {
+                            for kt in (0..n0m).step_by(KERNEL_TILE) {
+                                kernel(
+                                    pd.offset(bd + kt as isize + jt as isize * df).cast(),
+                                    df,
+                                    ps.offset(bs + kt as isize * s0 + jt as isize).cast(),
+                                    s0,
+                                    KERNEL_TILE.min(n0m - kt),
+                                    KERNEL_TILE.min(nfm - jt),
+                                    mask,
+                                    stream,
+                                )
+                            }
+                        }
+                    };
+                    scalar(bd, bs, 0..n0, nfm..nf);
+                    scalar(bd, bs, n0m..n0, 0..nfm);
+                    return;
+                }
+                for k in (0..n0m).step_by(MICRO) {
+                    for jf in (0..nfm).step_by(MICRO) {
+                        // The same lines of the next band: a strided band start gives the
+                        // hardware no hint, so ask for them one band ahead.
+                        for r in (k + MICRO)..(k + 2 * MICRO).min(n0) {
+                            prefetch(ps.wrapping_offset(bs + r as isize * s0 + jf as isize));
+                        }
+                        // SAFETY: the square spans i0 in k..k + MICRO <= n0 and f in
+                        // jf..jf + MICRO <= nf at an in-range outer index: inside both
+                        // layouts, which the caller vouches for as above.
+                        unsafe {
+                            micro_transpose(
+                                pd.offset(bd + k as isize + jf as isize * df),
+                                df,
+                                ps.offset(bs + k as isize * s0 + jf as isize),
+                                s0,
+                                &f,
+                            )
+                        };
+                    }
+                }
+                scalar(bd, bs, 0..n0, nfm..nf);
+                scalar(bd, bs, n0m..n0, 0..nfm);
+                return;
+            }
+            // General strides: square-ish tiles, destination axis 0 innermost.
+            for jf in (0..nf).step_by(TILE_FAST) {
+                for j0 in (0..n0).step_by(TILE_DST) {
+                    scalar(
+                        bd,
+                        bs,
+                        j0..(j0 + TILE_DST).min(n0),
+                        jf..(jf + TILE_FAST).min(nf),
+                    );
+                }
+            }
+        });
+    }
+}
+
 macro_rules! shared_view_methods {
     () => {
         /// The extent of each axis.
@@ -1151,135 +1415,12 @@ impl<T: Copy> StridedMut<'_, T> {
         if self.dims != src.dims {
             return false;
         }
-        if self.dims.contains(&0) {
-            return true;
-        }
-        let (dims, ds, ss) = merge_axes(&self.dims, &self.strides, &src.strides);
-        let (pd, ps) = (self.ptr, src.ptr);
-        let n = dims.len();
-        // The source axis with the smallest stride (other than length-1 axes).
-        let fast = (0..n)
-            .filter(|&a| dims[a] > 1)
-            .min_by_key(|&a| ss[a].unsigned_abs());
-        let Some(fast) = fast.filter(|&a| a != 0 && dims[0] > 1) else {
-            for_each_common_run(&dims, [&ds, &ss], |_, run, [od, os]| {
-                // SAFETY: the run lies inside both views' checked extents (it is contiguous in
-                // both); `self` holds an exclusive grant distinct from `src`'s.
-                let (d, s) = unsafe {
-                    (
-                        std::slice::from_raw_parts_mut(pd.offset(od), run),
-                        std::slice::from_raw_parts(ps.offset(os), run),
-                    )
-                };
-                for (d, &s) in d.iter_mut().zip(s) {
-                    *d = f(s);
-                }
-            });
-            return true;
-        };
-        // Tiles over destination axis 0 and axis `fast`; the other axes are outer loops.
-        let (d0, df, s0, sf) = (ds[0], ds[fast], ss[0], ss[fast]);
-        let (n0, nf) = (dims[0], dims[fast]);
-        let outer: SmallVec<[usize; AXES]> = (1..n).filter(|&a| a != fast).collect();
-        let outer_dims: SmallVec<[usize; AXES]> = outer.iter().map(|&a| dims[a]).collect();
-        let outer_d: SmallVec<[isize; AXES]> = outer.iter().map(|&a| ds[a]).collect();
-        let outer_s: SmallVec<[isize; AXES]> = outer.iter().map(|&a| ss[a]).collect();
-        // One rectangle `rows x cols` of the 2-D problem (destination axis 0 by axis
-        // `fast`), element by element, at outer offsets (bd, bs).
-        let scalar =
-            |bd: isize, bs: isize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
-                if rows.is_empty() {
-                    return; // its start may lie past the view
-                }
-                for i_f in cols {
-                    let i_f = i_f as isize;
-                    // SAFETY: rows < n0 and i_f < nf at an in-range outer index, so every offset
-                    // lies in its view's checked extent; `self` holds an exclusive grant distinct
-                    // from `src`'s.
-                    unsafe {
-                        let mut dp = pd.offset(bd + rows.start as isize * d0 + i_f * df);
-                        let mut sp = ps.offset(bs + rows.start as isize * s0 + i_f * sf);
-                        for _ in rows.clone() {
-                            *dp = f(*sp);
-                            // Wrapping: after the last element the pointers step past the view,
-                            // and are never dereferenced there.
-                            dp = dp.wrapping_offset(d0);
-                            sp = sp.wrapping_offset(s0);
-                        }
-                    }
-                }
-            };
-        for_each_offset_pair(&outer_dims, &outer_d, &outer_s, |bd, bs| {
-            if d0 == 1 && sf == 1 {
-                // A plain transpose: bands of MICRO destination rows; along a band the source
-                // is read as MICRO sequential streams (which the hardware prefetches) and the
-                // destination written in whole lines, one register-sized square at a time.
-                let (n0m, nfm) = (n0 - n0 % MICRO, nf - nf % MICRO);
-                if let Some((kernel, mask, stream)) = kernel.filter(|_| n0m > 0 && nfm > 0) {
-                    // SAFETY: each call's rectangle is rows kt..kt + h of 0..n0m and columns
-                    // jt..jt + w of 0..nfm (h, w multiples of MICRO, as KERNEL_TILE is), so
-                    // its squares span i0 < n0m <= n0 and f < nfm <= nf at an
-                    // in-range outer index: inside both checked extents, with d0 = sf = 1
-                    // and the leading dimensions df, s0 in elements; the grants are
-                    // exclusive / shared and distinct. `kernel` was chosen for `T` (= `U`)
-                    // and this CPU by `transpose_kernel`.
-                    unsafe {
-                        for jt in (0..nfm).step_by(KERNEL_TILE) {
-                            for kt in (0..n0m).step_by(KERNEL_TILE) {
-                                kernel(
-                                    pd.offset(bd + kt as isize + jt as isize * df).cast(),
-                                    df,
-                                    ps.offset(bs + kt as isize * s0 + jt as isize).cast(),
-                                    s0,
-                                    KERNEL_TILE.min(n0m - kt),
-                                    KERNEL_TILE.min(nfm - jt),
-                                    mask,
-                                    stream,
-                                )
-                            }
-                        }
-                    };
-                    scalar(bd, bs, 0..n0, nfm..nf);
-                    scalar(bd, bs, n0m..n0, 0..nfm);
-                    return;
-                }
-                for k in (0..n0m).step_by(MICRO) {
-                    for jf in (0..nfm).step_by(MICRO) {
-                        // The same lines of the next band: a strided band start gives the
-                        // hardware no hint, so ask for them one band ahead.
-                        for r in (k + MICRO)..(k + 2 * MICRO).min(n0) {
-                            prefetch(ps.wrapping_offset(bs + r as isize * s0 + jf as isize));
-                        }
-                        // SAFETY: the square spans i0 in k..k + MICRO <= n0 and f in
-                        // jf..jf + MICRO <= nf at an in-range outer index: inside both
-                        // checked extents; the grants are exclusive / shared and distinct.
-                        unsafe {
-                            micro_transpose(
-                                pd.offset(bd + k as isize + jf as isize * df),
-                                df,
-                                ps.offset(bs + k as isize * s0 + jf as isize),
-                                s0,
-                                &f,
-                            )
-                        };
-                    }
-                }
-                scalar(bd, bs, 0..n0, nfm..nf);
-                scalar(bd, bs, n0m..n0, 0..nfm);
-                return;
-            }
-            // General strides: square-ish tiles, destination axis 0 innermost.
-            for jf in (0..nf).step_by(TILE_FAST) {
-                for j0 in (0..n0).step_by(TILE_DST) {
-                    scalar(
-                        bd,
-                        bs,
-                        j0..(j0 + TILE_DST).min(n0),
-                        jf..(jf + TILE_FAST).min(nf),
-                    );
-                }
-            }
-        });
+        let plan = CopyPlan::new(&self.dims, &self.strides, &src.strides);
+        // SAFETY: the plan is of this view's dims and strides and of the source's, so every
+        // element it reaches lies inside the views' checked extents, and distinct indices
+        // of `self` are distinct elements; `self` holds an exclusive grant distinct from
+        // `src`'s.
+        unsafe { plan.run(self.ptr, src.ptr, f, kernel) };
         true
     }
 
@@ -1327,6 +1468,64 @@ mod tests {
         let mut sum = 0.0;
         t.for_each(|v| sum += v);
         assert_eq!(sum, (0..23).sum::<usize>() as f64 - 1.0);
+    }
+
+    /// One plan, run at several base pointers (blocks of one layout at different places),
+    /// gives what `assign` gives through views there; a plan of no elements writes nothing.
+    #[test]
+    fn a_copy_plan_runs_anywhere_its_layouts_fit() {
+        // A 5 x 3 x 4 source with negative strides on its last axis, read transposed into a
+        // padded destination (leading dimension 6), at three destination and source bases.
+        let dims = [4_usize, 5, 3];
+        let (src_strides, dst_strides) = ([-15_isize, 1, 5], [1_isize, 6, 30]);
+        let src_buf = SharedBuffer::<f64>::from_fn(3 * 60, |i| i as f64);
+        let (a, b) = (
+            SharedBuffer::<f64>::zeroed(3 * 90),
+            SharedBuffer::<f64>::zeroed(3 * 90),
+        );
+        let plan = CopyPlan::new(&dims, &dst_strides, &src_strides);
+        for k in 0..3 {
+            let (so, d_o) = (60 * k + 45, 90 * k);
+            assert!(src_buf.check_extent(so, &dims, &src_strides));
+            assert!(a.check_extent(d_o, &dims, &dst_strides));
+            // SAFETY: extents checked; this test is the buffers' only user, and `a` and
+            // the source are distinct allocations.
+            unsafe {
+                plan.copy_flipped(
+                    a.as_ptr().cast_mut().add(d_o),
+                    src_buf.as_ptr().add(so),
+                    0,
+                    |x| x,
+                    Stores::Cached,
+                );
+                let x = src_buf.view(so, &dims, &src_strides);
+                assert!(b.view_mut(d_o, &dims, &dst_strides).assign(&x));
+            }
+        }
+        // SAFETY: the copies are done; whole-buffer reads.
+        let (a, b) = unsafe {
+            (
+                a.view(0, &[270], &[1]).to_vec(),
+                b.view(0, &[270], &[1]).to_vec(),
+            )
+        };
+        assert_eq!(a, b);
+        assert_eq!(
+            a.iter().filter(|&&v| v != 0.0).count(),
+            3 * 60 - 1,
+            "element 0 is 0.0"
+        );
+        let empty = CopyPlan::new(&[3, 0], &[1, 3], &[1, 3]);
+        // SAFETY: a plan of no elements touches nothing.
+        unsafe {
+            empty.copy_flipped(
+                std::ptr::null_mut::<f64>(),
+                std::ptr::null(),
+                0,
+                |x| x,
+                Stores::Cached,
+            )
+        };
     }
 
     #[test]

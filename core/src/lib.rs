@@ -58,8 +58,8 @@ mod loom_models;
 pub use access::{Access, AccessList};
 pub use alias::{Alias, ReadAlias, ReadBuffer, Region, WriteBuffer};
 pub use buffer::{
-    ALIGN, AnyBits, SharedBuffer, Stores, StridedMut, StridedRef, Zeroable, for_each_offset,
-    zip_runs, zip_runs_ref,
+    ALIGN, AnyBits, CopyPlan, SharedBuffer, Stores, StridedMut, StridedRef, Zeroable,
+    for_each_offset, zip_runs, zip_runs_ref,
 };
 pub use domain::Domain;
 pub use error::{Error, FailureCause, KernelError, RecordId, Result, TaskFailure, TaskId};

@@ -12,7 +12,7 @@ mod permute;
 
 pub use gemm::{GemmShapeMismatch, gemm, gemm_parallelism, gemm_parallelism_alone, gemm_with};
 pub use matrix::{matrix_mut, matrix_ref};
-pub use permute::permute_copy;
+pub use permute::{permute_copy, permute_copy_planned};
 
 use crate::Scalar;
 use tessera_core::{StridedMut, StridedRef, zip_runs, zip_runs_ref};

@@ -1,7 +1,7 @@
 //! Permuting copies: `y <- ±op(x)` for a source that is an axis-permuted view of the
 //! destination's dims, with `op` the identity or the complex conjugate.
 //!
-//! Owns [`permute_copy`]. Invariants: the result is bit for bit what the elementwise
+//! Owns [`permute_copy`] and its planned form [`permute_copy_planned`]. Invariants: the result is bit for bit what the elementwise
 //! definition gives (a sign change and a conjugation are exact: they flip sign bits); the
 //! destination is written in full or, on a shape mismatch, not at all.
 //!
@@ -14,7 +14,7 @@
 
 use super::{ShapeMismatch, mismatch};
 use crate::Scalar;
-use tessera_core::{Stores, StridedMut, StridedRef};
+use tessera_core::{CopyPlan, Stores, StridedMut, StridedRef};
 
 /// `y <- s * op(x)` elementwise, with `s = -1` when `negate` (else `+1`) and `op` the complex
 /// conjugate when `conj` (the identity for real types); `x` is any strided view (typically
@@ -34,14 +34,42 @@ pub fn permute_copy<T: Scalar>(
     if x.dims() != y.dims() {
         return Err(mismatch(y, x));
     }
+    let (mask, op) = flip::<T>(negate, conj);
+    let done = y.assign_flipped(x, mask, op, stores);
+    debug_assert!(done, "dims were checked");
+    Ok(())
+}
+
+/// [`permute_copy`] through a plan of the two layouts made once ([`CopyPlan::new`] with the
+/// destination's dims and strides and the permuted source's strides), for a caller that
+/// moves the same blocks again and again: `y <- s * op(x)` at base pointers `y` and `x`.
+///
+/// # Safety
+///
+/// As [`CopyPlan::copy_flipped`]: the planned layouts at `y` and `x` lie inside allocations
+/// the caller may write exclusively and read, the destination's is one-to-one, and the two
+/// do not overlap.
+pub unsafe fn permute_copy_planned<T: Scalar>(
+    negate: bool,
+    conj: bool,
+    plan: &CopyPlan,
+    y: *mut T,
+    x: *const T,
+    stores: Stores,
+) {
+    let (mask, op) = flip::<T>(negate, conj);
+    // SAFETY: the caller's contract.
+    unsafe { plan.copy_flipped(y, x, mask, op, stores) }
+}
+
+/// The XOR mask and the elementwise map of `v -> s * op(v)` (see [`permute_copy`]).
+fn flip<T: Scalar>(negate: bool, conj: bool) -> (u128, impl Fn(T) -> T) {
     let conj = conj && T::IS_COMPLEX;
-    let op = |v: T| {
+    let op = move |v: T| {
         let v = if conj { v.conj() } else { v };
         if negate { -v } else { v }
     };
-    let done = y.assign_flipped(x, xor_mask::<T>(negate, conj), op, stores);
-    debug_assert!(done, "dims were checked");
-    Ok(())
+    (xor_mask::<T>(negate, conj), op)
 }
 
 /// The XOR pattern (one element's worth, little-endian lanes as in memory) that turns `v`
@@ -158,7 +186,18 @@ mod tests {
             (a.view(xo, dims, &xs), b.view_mut(yo, &new, &ys))
         };
         let xp = x.permute_axes(&perm).unwrap();
-        permute_copy(negate, conj, &xp, &mut y, stores).unwrap();
+        let planned = rng.below(2) == 1;
+        if planned {
+            // The same copy through a plan of the two layouts.
+            let plan = CopyPlan::new(&new, &ys, xp.strides());
+            // SAFETY: the plan's layouts are the two views', checked above; the views are
+            // not used during the call.
+            unsafe {
+                permute_copy_planned(negate, conj, &plan, y.as_mut_ptr(), xp.as_ptr(), stores)
+            };
+        } else {
+            permute_copy(negate, conj, &xp, &mut y, stores).unwrap();
+        }
         let total: usize = new.iter().product();
         for k in 0..total {
             let idx = unravel(k, &new);
@@ -168,7 +207,8 @@ mod tests {
             assert_eq!(
                 bits(y.get(&idx).unwrap()),
                 bits(want),
-                "{} dims {dims:?} perm {perm:?} negate {negate} conj {conj} {stores:?} at {idx:?}",
+                "{} dims {dims:?} perm {perm:?} negate {negate} conj {conj} {stores:?} \
+                 planned {planned} at {idx:?}",
                 T::NAME
             );
         }
@@ -210,8 +250,9 @@ mod tests {
     }
 
     /// Every element type, random ranks, dims (multiples of the kernels' squares and not),
-    /// permutations, signs and conjugations, blocks inside larger parents: the result equals
-    /// the elementwise definition bit for bit, and nothing outside the block is written.
+    /// permutations, signs and conjugations, blocks inside larger parents, through views and
+    /// through a plan of the layouts: the result equals the elementwise definition bit for
+    /// bit, and nothing outside the block is written.
     #[test]
     fn permuting_copies_equal_the_elementwise_definition() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
