@@ -582,7 +582,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         &self,
         ranges: impl IntoIterator<Item = std::ops::Range<usize>>,
     ) -> Result<HazardSet, Error> {
-        let ranges: SmallVec<[std::ops::Range<usize>; 8]> = ranges.into_iter().collect();
+        let ranges: SmallVec<[std::ops::Range<usize>; 32]> = ranges.into_iter().collect();
         if let Some(r) = ranges
             .iter()
             .find(|r| r.end > self.num_blocks() && !r.is_empty())

@@ -9,7 +9,7 @@
 //! Locking in one global order also keeps the table locks themselves deadlock-free.
 
 use crate::access::AccessList;
-use crate::hazard::LastEdge;
+use crate::hazard::RecentEdges;
 use crate::primitive::Arc;
 use crate::task::TaskNode;
 use smallvec::SmallVec;
@@ -22,7 +22,7 @@ pub(crate) fn enroll(node: &Arc<TaskNode>, list: &AccessList) {
             .all(|w| w[0].span.first_id() + w[0].span.range.len() as u64 <= w[1].span.first_id()),
         "enroll needs a normalised access list"
     );
-    let mut last = LastEdge::default();
+    let mut last = RecentEdges::default();
     if let [item] = list.items.as_slice() {
         item.span
             .table

@@ -286,20 +286,30 @@ pub(crate) struct Locked<'a> {
     guard: MutexGuard<'a, TableState>,
 }
 
-/// The predecessor an enrollment last made its task wait for, across the runs it enrolls
-/// on: a task over many runs last written (or read) by one task asks for that edge once,
-/// not once per run. It holds the predecessor alive, so a pointer match is always the same
-/// task.
+/// The predecessors an enrollment already made its task wait for, across the runs it enrolls
+/// on: a task over many runs last written (or read) by a few tasks asks for each edge once,
+/// not once per run, even where their runs interleave (a permutation's blocks scatter over
+/// the tasks that wrote them). It keeps the last [`RECENT_EDGES`] alive, so a pointer match is
+/// always the same task; asking again for an older one only adds a duplicate edge, which is
+/// harmless (counted twice, released twice).
 #[derive(Default)]
-pub(crate) struct LastEdge(Option<Arc<TaskNode>>);
+pub(crate) struct RecentEdges(SmallVec<[Arc<TaskNode>; RECENT_EDGES]>);
 
-impl LastEdge {
+/// How many predecessors [`RecentEdges`] remembers.
+const RECENT_EDGES: usize = 8;
+
+impl RecentEdges {
     fn wait_for(&mut self, node: &Arc<TaskNode>, pred: &Arc<TaskNode>) {
-        if self.0.as_ref().is_some_and(|last| Arc::ptr_eq(last, pred)) {
+        // A finished predecessor needs no edge (and no lock): `finished` is set after `done`,
+        // under the node's lock, so it implies what `depend_on` would find.
+        if pred.is_done() || self.0.iter().any(|p| Arc::ptr_eq(p, pred)) {
             return;
         }
         TaskNode::depend_on(node, pred);
-        self.0 = Some(Arc::clone(pred));
+        if self.0.len() == RECENT_EDGES {
+            self.0.remove(0);
+        }
+        self.0.push(Arc::clone(pred));
     }
 }
 
@@ -341,7 +351,7 @@ impl Locked<'_> {
         span: &Range<u32>,
         node: &Arc<TaskNode>,
         mode: Mode,
-        last: &mut LastEdge,
+        last: &mut RecentEdges,
     ) {
         debug_assert!(span.start < span.end && span.end <= self.len);
         let lo = self.split_at(span.start);
@@ -533,7 +543,7 @@ impl HazardSet {
         table: &Arc<RecordTable>,
         ranges: impl IntoIterator<Item = Range<usize>>,
     ) -> Self {
-        let mut ranges: SmallVec<[Range<usize>; 8]> =
+        let mut ranges: SmallVec<[Range<usize>; 32]> =
             ranges.into_iter().filter(|r| !r.is_empty()).collect();
         if let Some(bad) = ranges.iter().find(|r| r.end > table.len()) {
             panic!("records {bad:?} of a table of {}", table.len());
@@ -714,6 +724,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A read over records written alternately by two tasks (runs that interleave, as a
+    /// permutation's scattered blocks leave them) waits for each writer through one edge, and
+    /// for a finished writer through none.
+    #[test]
+    fn interleaved_writers_are_waited_for_once_each() {
+        let table = RecordTable::new(16);
+        let writers: Vec<_> = (0..2_u64)
+            .map(|w| {
+                let node = TaskNode::new(TaskId(w));
+                let mut list = AccessList::new();
+                for i in (w as usize..16).step_by(2) {
+                    list.push_set(&HazardSet::span(&table, i..i + 1), Mode::Overwrite);
+                }
+                list.normalize().unwrap();
+                enroll(&node, &list);
+                node
+            })
+            .collect();
+        assert_eq!(table.state.lock().runs.len(), 16);
+        let read = |id| {
+            let node = TaskNode::new(TaskId(id));
+            let mut list = AccessList::new();
+            list.push_set(&HazardSet::span(&table, 0..16), Mode::Read);
+            list.normalize().unwrap();
+            enroll(&node, &list);
+            node
+        };
+        let reader = read(10);
+        assert!(writers.iter().all(|w| w.has_successor(&reader)));
+        assert_eq!(reader.pending(), 1 + 2, "the guard and one edge per writer");
+        writers[0].complete(&mut Vec::new());
+        assert_eq!(read(11).pending(), 1 + 1, "no edge to the finished writer");
     }
 
     #[test]

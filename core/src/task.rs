@@ -94,6 +94,13 @@ impl TaskNode {
         state.successors.iter().any(|s| std::ptr::eq(&**s, succ))
     }
 
+    /// How many predecessors (plus the submission guard, while enrolling) the node still
+    /// waits for (for tests of enrollment).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
     /// Whether the node has completed (its successors were released).
     pub(crate) fn is_done(&self) -> bool {
         self.finished.load(Ordering::Acquire)
