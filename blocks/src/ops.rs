@@ -411,16 +411,19 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// The tensor with its legs reordered (new leg `k` is old leg `perm[k]`) and split anew
     /// into `n_codomain` codomain legs. For fermionic sectors each block carries the sign of
     /// the odd legs the permutation crosses. Blocks outside the selection are zero.
+    ///
+    /// The plan (the re-indexing and one copy per block) is kept by the structure
+    /// ([`BlockStructure::permutation`]), so repeating a permutation plans nothing.
     pub fn permute(
         &self,
         perm: &[usize],
         n_codomain: usize,
         blocks: Blocks<'_>,
     ) -> Result<Self, Error> {
-        let permuted = self.structure().permuted(perm, n_codomain)?;
+        let permuted = self.structure().permutation(perm, n_codomain)?;
         blocks.resolve(self.num_blocks())?;
-        let out = Self::output(permuted.structure, matches!(blocks, Blocks::All));
-        self.permute_into(perm, n_codomain, &out, blocks)?;
+        let out = Self::output(permuted.structure.clone(), matches!(blocks, Blocks::All));
+        self.permute_into_with(&permuted, perm, &out, blocks)?;
         Ok(out)
     }
 
@@ -438,88 +441,8 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         out: &Self,
         blocks: Blocks<'_>,
     ) -> Result<(), Error> {
-        // When `out` has the permuted structure (the usual case: a repeated permutation into
-        // the same array), the re-indexing is looked up in it, block by block, instead of
-        // building the permuted structure again (which costs more than moving blocks of a
-        // few thousand elements). Anything else takes the general path, which names the
-        // mismatch.
-        match self.block_map_into(perm, n_codomain, out.structure()) {
-            Some(moves) => {
-                if self.same_storage(out) {
-                    return Err(Error::AliasedOperands {
-                        operation: "permute_into",
-                    });
-                }
-                let ids = blocks.resolve(self.num_blocks())?;
-                let moves = ids.iter().map(|&i| {
-                    let (j, negative) = moves[i];
-                    (i, j, negative)
-                });
-                self.relabel_blocks(moves, out, perm, false, None)
-            }
-            None => {
-                let permuted = self.structure().permuted(perm, n_codomain)?;
-                self.permute_into_with(&permuted, perm, out, blocks)
-            }
-        }
-    }
-
-    /// For every block `i` of `self`, the id in `target` of its image under `perm` and
-    /// whether it picks up the fermionic sign, when `target` is the permuted structure with
-    /// `n_codomain` codomain legs; `None` when it is not (or `perm` is not a permutation).
-    ///
-    /// `target` is the permuted structure exactly when its legs are `self`'s permuted, its
-    /// split and flux are the given ones, and the present blocks correspond one to one: a
-    /// structure is determined by its legs, split, flux and present blocks, and the images
-    /// of `self`'s distinct blocks are distinct, so equal counts with every image present
-    /// leave no other block. The sign rule is [`BlockStructure::permuted`]'s.
-    fn block_map_into(
-        &self,
-        perm: &[usize],
-        n_codomain: usize,
-        target: &BlockStructure<S>,
-    ) -> Option<Vec<(usize, bool)>> {
-        let s = self.structure();
-        let n = s.num_legs();
-        let mut seen = vec![false; n];
-        let valid = perm.len() == n
-            && perm
-                .iter()
-                .all(|&p| p < n && !std::mem::replace(&mut seen[p], true));
-        if !valid
-            || target.n_codomain() != n_codomain
-            || target.flux() != s.flux()
-            || target.num_blocks() != s.num_blocks()
-            || target.num_legs() != n
-            || perm
-                .iter()
-                .zip(target.legs())
-                .any(|(&p, leg)| *leg != s.legs()[p])
-        {
-            return None;
-        }
-        let mut tuple = vec![0_usize; n];
-        let mut odd = vec![false; n];
-        let mut map = Vec::with_capacity(s.num_blocks());
-        for b in s.blocks() {
-            for (k, &p) in perm.iter().enumerate() {
-                tuple[k] = b.segments()[p];
-            }
-            let j = target.block_id(&tuple)?;
-            let mut negative = false;
-            if S::GRADED {
-                for (k, &p) in perm.iter().enumerate() {
-                    odd[k] = b.sectors()[p].parity();
-                }
-                for i in 0..n {
-                    for k in i + 1..n {
-                        negative ^= odd[i] && odd[k] && perm[i] > perm[k];
-                    }
-                }
-            }
-            map.push((j, negative));
-        }
-        Some(map)
+        let permuted = self.structure().permutation(perm, n_codomain)?;
+        self.permute_into_with(&permuted, perm, out, blocks)
     }
 
     /// Like [`permute_into`](AsyncArray::permute_into), with the re-indexing already computed
@@ -1004,9 +927,10 @@ mod tests {
         }
     }
 
-    /// `permute_into` finds the re-indexing in the target when the target has the permuted
-    /// structure (built independently, not shared), and refuses targets that differ only in
-    /// which blocks are present (fewer, or as many but others), writing nothing.
+    /// `permute_into` (through the plan its structure keeps) equals `permute_into_with` and
+    /// the dense reference for a target with the permuted structure built independently,
+    /// and refuses targets that differ only in which blocks are present (fewer, or as many
+    /// but others), writing nothing. The kept plan is the one handed out again.
     fn permute_into_targets<S: Kind>(seed: u64) {
         use crate::testing::random_mask;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -1022,6 +946,10 @@ mod tests {
             let planned = s.permuted(&perm, nc).unwrap();
             let target = AsyncArray::<f64, S>::zeros(planned.structure.clone());
             x.permute_into(&perm, nc, &target, Blocks::All).unwrap();
+            assert!(Arc::ptr_eq(
+                &s.permutation(&perm, nc).unwrap(),
+                &s.permutation(&perm, nc).unwrap()
+            ));
             let other = AsyncArray::<f64, S>::zeros(planned.structure.clone());
             x.permute_into_with(&planned, &perm, &other, Blocks::All)
                 .unwrap();
@@ -1075,7 +1003,7 @@ mod tests {
     }
 
     #[test]
-    fn permute_into_reindexes_through_the_target_and_refuses_other_targets() {
+    fn permute_into_takes_the_kept_plan_and_refuses_other_targets() {
         for_each_kind!(permute_into_targets);
     }
 
@@ -1133,6 +1061,34 @@ mod tests {
                 assert!(block.iter().all(|v| *v == Complex::new(0.0, 0.0)));
             }
         }
+    }
+
+    /// A structure keeps its last four permutation plans (a fifth drops the oldest), a clone
+    /// of it keeps none, and the plans it keeps (with their block copies, planned for it)
+    /// do not keep it alive.
+    #[test]
+    fn a_structure_keeps_its_last_permutation_plans_without_keeping_itself() {
+        use crate::U1;
+        let s = u1_structure(0);
+        let x = AsyncArray::<f64, U1>::random(Arc::clone(&s), 9);
+        let y = x.permute(&[1, 0], 1, Blocks::All).unwrap();
+        let first = s.permutation(&[1, 0], 1).unwrap();
+        assert!(Arc::ptr_eq(&first, &s.permutation(&[1, 0], 1).unwrap()));
+        assert!(!Arc::ptr_eq(&first, &s.permutation(&[1, 0], 2).unwrap()));
+        for nc in [0, 2] {
+            s.permutation(&[0, 1], nc).unwrap();
+        }
+        assert!(Arc::ptr_eq(&first, &s.permutation(&[1, 0], 1).unwrap()));
+        s.permutation(&[0, 1], 1).unwrap(); // the fifth: [1, 0] with 1 was the oldest
+        assert!(!Arc::ptr_eq(&first, &s.permutation(&[1, 0], 1).unwrap()));
+        let clone = Arc::new((*s).clone());
+        assert!(!Arc::ptr_eq(
+            &s.permutation(&[0, 1], 1).unwrap(),
+            &clone.permutation(&[0, 1], 1).unwrap()
+        ));
+        let weak = Arc::downgrade(&s);
+        drop((s, x, y, first, clone));
+        assert!(weak.upgrade().is_none(), "the structure was freed");
     }
 
     #[test]

@@ -61,7 +61,7 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use bitvec::field::BitField;
 use bitvec::prelude::{BitSlice, BitVec};
@@ -169,6 +169,28 @@ pub struct BlockStructure<S: AbelianSector> {
     total_len: usize,
     /// Computed on first use: many structures (products, temporaries) are never keyed.
     fingerprint: OnceLock<u64>,
+    /// The permutations planned for this structure (see [`BlockStructure::permutation`]).
+    permutations: KeptPermutations<S>,
+}
+
+/// The permutation plans a structure keeps: at most [`KEPT_PERMUTATIONS`], the oldest
+/// dropped first. A clone of the structure starts with none (it is another structure to the
+/// plans' copies, which are keyed by the structure they ran on).
+struct KeptPermutations<S: AbelianSector>(parking_lot::Mutex<Vec<Arc<Permuted<S>>>>);
+
+/// How many permutation plans a structure keeps.
+const KEPT_PERMUTATIONS: usize = 4;
+
+impl<S: AbelianSector> Default for KeptPermutations<S> {
+    fn default() -> Self {
+        Self(parking_lot::Mutex::new(Vec::new()))
+    }
+}
+
+impl<S: AbelianSector> Clone for KeptPermutations<S> {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
 }
 
 /// One present block: a view into its [`BlockStructure`].
@@ -309,13 +331,14 @@ pub struct Permuted<S: AbelianSector> {
     /// The permutation of the legs (new leg `k` is old leg `perm[k]`).
     perm: Vec<usize>,
     /// Per original block, the copy into its image, planned on first use for the original
-    /// structure kept beside the plans.
+    /// structure named beside the plans.
     copies: OnceLock<PlannedCopies<S>>,
 }
 
 /// A permutation's copy plans (one per block of the original), with the original structure
-/// they were planned for.
-type PlannedCopies<S> = (Arc<BlockStructure<S>>, Arc<[CopyPlan]>);
+/// they were planned for. Named weakly: the structure keeps its permutations
+/// ([`BlockStructure::permutation`]), which must not keep it.
+type PlannedCopies<S> = (Weak<BlockStructure<S>>, Arc<[CopyPlan]>);
 
 impl<S: AbelianSector> Permuted<S> {
     /// The fermionic sign (`+1` or `-1`) of original block `old`, if it is a block.
@@ -336,7 +359,10 @@ impl<S: AbelianSector> Permuted<S> {
     /// again moves its blocks without planning a copy per block.
     pub(crate) fn copy_plans(&self, source: &Arc<BlockStructure<S>>) -> Option<Arc<[CopyPlan]>> {
         if let Some((planned_for, plans)) = self.copies.get()
-            && (Arc::ptr_eq(planned_for, source) || **planned_for == **source)
+            // The same structure (a `Weak` keeps its allocation, so its address is not
+            // reused while it lives), or one equal to it.
+            && (std::ptr::eq(planned_for.as_ptr(), Arc::as_ptr(source))
+                || planned_for.upgrade().is_some_and(|p| *p == **source))
         {
             return Some(Arc::clone(plans));
         }
@@ -361,7 +387,9 @@ impl<S: AbelianSector> Permuted<S> {
         }
         let plans: Arc<[CopyPlan]> = plans.into();
         // Kept for the first source planned for; another one is planned at each use.
-        let _ = self.copies.set((Arc::clone(source), Arc::clone(&plans)));
+        let _ = self
+            .copies
+            .set((Arc::downgrade(source), Arc::clone(&plans)));
         Some(plans)
     }
 }
@@ -721,6 +749,36 @@ impl<S: AbelianSector> BlockStructure<S> {
         })
     }
 
+    /// [`permuted`](Self::permuted), kept: the plan of the last few permutations asked of
+    /// this structure is made once and shared, with the block copies it plans on first use,
+    /// so a permutation repeated on arrays of this structure (a sweep applies the same ones
+    /// again and again) neither re-indexes nor plans its copies again.
+    ///
+    /// # Errors
+    ///
+    /// As [`permuted`](Self::permuted).
+    pub fn permutation(
+        &self,
+        perm: &[usize],
+        n_codomain: usize,
+    ) -> Result<Arc<Permuted<S>>, Error> {
+        let same = |p: &Arc<Permuted<S>>| p.perm == perm && p.structure.n_codomain == n_codomain;
+        if let Some(p) = self.permutations.0.lock().iter().find(|p| same(p)) {
+            return Ok(Arc::clone(p));
+        }
+        // Planned outside the lock; two threads asking at once may both plan, and both
+        // plans are right.
+        let planned = Arc::new(self.permuted(perm, n_codomain)?);
+        let mut kept = self.permutations.0.lock();
+        if !kept.iter().any(same) {
+            if kept.len() == KEPT_PERMUTATIONS {
+                kept.remove(0);
+            }
+            kept.push(Arc::clone(&planned));
+        }
+        Ok(planned)
+    }
+
     /// The adjoint structure: codomain and domain swapped (the old domain legs, in order,
     /// become the codomain), every leg dualled, the flux dualled; block `(a, b)` becomes
     /// `(b, a)` and its sector matrix is transposed. Fermionic conjugation signs are left to
@@ -817,6 +875,7 @@ impl<S: AbelianSector> BlockStructure<S> {
             rank: Vec::new(),
             total_len: 0,
             fingerprint: OnceLock::new(),
+            permutations: KeptPermutations::default(),
         };
         // Every allowed block is present unless a mask or predicate says otherwise: reserve
         // for that (the common case), so the tables grow without copies.
