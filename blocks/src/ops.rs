@@ -1087,6 +1087,8 @@ mod tests {
             &clone.permutation(&[0, 1], 1).unwrap()
         ));
         let weak = Arc::downgrade(&s);
+        // Once the permutation is done its task (and what it held) is gone.
+        y.wait().unwrap();
         drop((s, x, y, first, clone));
         assert!(weak.upgrade().is_none(), "the structure was freed");
     }
