@@ -639,13 +639,14 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
     }
 
     /// The leg permutation of [`AsyncArray::permute`] on the device: a new array on the
-    /// same device, each block moved by the NVRTC permute kernel (with its fermionic sign).
+    /// same device, each block moved by the NVRTC permute kernel (with its fermionic sign);
+    /// the re-indexing is the plan the structure keeps.
     ///
     /// # Errors
     ///
     /// As [`AsyncArray::permute`].
     pub fn permute(&self, perm: &[usize], n_codomain: usize) -> Result<Self, Error> {
-        let permuted = self.structure.permuted(perm, n_codomain)?;
+        let permuted = self.structure.permutation(perm, n_codomain)?;
         let out = Self::zeros(permuted.structure.clone(), self.device())?;
         self.permute_into_with(&permuted, perm, &out, Blocks::All)?;
         Ok(out)
