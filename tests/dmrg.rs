@@ -148,8 +148,7 @@ fn a_dmrg_run_writes_a_chrome_trace_of_its_tasks() {
         assert_eq!(e["ph"], "X");
         assert!(e["ts"].as_f64().unwrap() >= 0.0);
         assert!(e["dur"].as_f64().unwrap() >= 0.0);
-        // Two workers, and track 2: the host, which runs a task it waits for itself.
-        assert!(e["tid"].as_u64().unwrap() <= 2);
+        assert!(e["tid"].as_u64().unwrap() < 2);
         assert!(e["name"].is_string());
         assert_eq!(e["args"]["failed"], false);
     }
@@ -158,7 +157,7 @@ fn a_dmrg_run_writes_a_chrome_trace_of_its_tasks() {
     assert!(names.contains(&"coalesce.svd"));
     assert!(names.contains(&"coalesce.svd.keep"));
     // Tasks are recorded in the order they finished, so end times never decrease per worker.
-    for tid in 0..=2 {
+    for tid in 0..2 {
         let ends: Vec<f64> = events
             .iter()
             .filter(|e| e["tid"].as_u64() == Some(tid))

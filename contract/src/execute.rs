@@ -232,12 +232,7 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
     };
     let gemm =
         move |c: faer::MatMut<'_, T>, beta: T, a: faer::MatRef<'_, T>, b: faer::MatRef<'_, T>| {
-            // Nested parallelism only on a worker (a waiting host may run this task).
-            let par = if tessera_core::on_worker() {
-                parallelism(c.nrows(), c.ncols(), a.ncols())
-            } else {
-                faer::Par::Seq
-            };
+            let par = parallelism(c.nrows(), c.ncols(), a.ncols());
             gemm_with(par, c, beta, a, conj_a, b, conj_b, alpha)
         };
     for (g, group) in plan.groups.iter().enumerate() {

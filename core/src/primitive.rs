@@ -88,12 +88,6 @@ impl Latch {
         }
     }
 
-    /// Whether the latch is set (an acquire, as [`Latch::wait`]'s).
-    #[cfg(not(loom))]
-    pub(crate) fn is_set(&self) -> bool {
-        *self.state.lock()
-    }
-
     /// Blocks the calling thread until the latch is set.
     pub(crate) fn wait(&self) {
         #[cfg(loom)]

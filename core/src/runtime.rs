@@ -3,14 +3,11 @@
 //! Owns: [`Runtime`], the `Job` a ready node carries, task execution, host waits and the
 //! public [`schedule`] entry points. Invariants:
 //!
-//! - A task is enrolled on the caller's thread, at the call, in program order; it runs once
-//!   its pending count reaches zero, on a worker, or on a host thread that is waiting (while
-//!   a worker is idle, a host wait first runs ready jobs of the runtime its thread last
-//!   scheduled on, one at a time, until what it waits for is done or none is ready, and only
-//!   then sleeps).
-//! - No thread running a kernel blocks on another task: kernels run to completion, a ready
-//!   successor is either continued inline (one, on the same runtime, on a worker) or
-//!   spawned, and host waits are refused inside a task with [`Error::WaitInsideTask`].
+//! - A task is enrolled on the caller's thread, at the call, in program order; it runs on a
+//!   worker once its pending count reaches zero.
+//! - A worker never blocks on another task: kernels run to completion, a ready successor is
+//!   either continued inline (one, on the same runtime) or spawned, and host waits are
+//!   refused inside a task with [`Error::WaitInsideTask`].
 //! - A failed kernel (error or panic) poisons every record it was to write; a task that reads
 //!   a poisoned record skips its kernel and poisons its outputs with the same origin; an
 //!   overwrite that succeeds clears the poison of what it wrote.
@@ -98,7 +95,7 @@ impl Inner {
     fn drain(self: std::sync::Arc<Self>) {
         loop {
             while let Some((node, job)) = self.ready.pop() {
-                execute(node, job, true);
+                execute(node, job);
             }
             self.drainers.fetch_sub(1, Ordering::SeqCst);
             std::sync::atomic::fence(Ordering::SeqCst);
@@ -145,8 +142,6 @@ thread_local! {
     static ON_WORKER: Cell<bool> = const { Cell::new(false) };
     /// The runtime made current by [`Runtime::enter`], or by running one of its tasks.
     static CURRENT_RUNTIME: RefCell<Option<Runtime>> = const { RefCell::new(None) };
-    /// The runtime this thread last scheduled a task on: the one its host waits help.
-    static LAST_SCHEDULED: RefCell<Option<std::sync::Weak<Inner>>> = const { RefCell::new(None) };
 }
 
 static NEXT_TASK: AtomicU64 = AtomicU64::new(0);
@@ -263,7 +258,6 @@ impl Runtime {
         let mut accesses = AccessList::new();
         access.declare(&mut accesses);
         accesses.normalize()?;
-        remember_scheduled(&self.inner);
         let id = next_task_id();
         let node = TaskNode::new(id);
         enroll(&node, &accesses);
@@ -334,13 +328,6 @@ where
     Runtime::current().schedule_named(name, access, kernel)
 }
 
-/// Whether this thread is a worker of some runtime's pool. A kernel that a waiting host
-/// thread runs (see [`host`]) is not on one: nested rayon parallelism there would go to
-/// rayon's global pool instead of the runtime's, so kernels choose it only on a worker.
-pub fn on_worker() -> bool {
-    ON_WORKER.with(Cell::get)
-}
-
 /// Hands a ready node to whoever runs it: a worker for a job, the host for a wait.
 fn dispatch(node: Arc<TaskNode>) {
     match node.take_work() {
@@ -355,16 +342,16 @@ fn dispatch(node: Arc<TaskNode>) {
 
 type Ready = SmallVec<[Arc<TaskNode>; 4]>;
 
-/// Runs a job, then, when `chain`, continues inline with one successor it made ready on the
-/// same runtime (a chain runs without a spawn per link); dispatches the others.
-fn execute(mut node: Arc<TaskNode>, mut job: Job, chain: bool) {
+/// Runs a job, then continues inline with one successor it made ready on the same runtime
+/// (a chain runs without a spawn per link) and dispatches the others.
+fn execute(mut node: Arc<TaskNode>, mut job: Job) {
     let _current = EnterGuard::new(Runtime {
         inner: std::sync::Arc::clone(&job.runtime),
     });
     let mut ready = Ready::new();
     loop {
         let runtime = std::sync::Arc::clone(&job.runtime);
-        run_job(&node, job, !chain);
+        run_job(&node, job);
         node.complete(&mut ready);
         let mut next = None;
         for succ in ready.drain(..) {
@@ -383,57 +370,15 @@ fn execute(mut node: Arc<TaskNode>, mut job: Job, chain: bool) {
             }
         }
         match next {
-            Some((n, j)) if chain => (node, job) = (n, j),
-            Some((n, j)) => {
-                std::sync::Arc::clone(&j.runtime).inject(n, j);
-                break;
-            }
+            Some((n, j)) => (node, job) = (n, j),
             None => break,
         }
     }
 }
 
-/// Runs ready jobs of the runtime this thread last scheduled on, one at a time (no inline
-/// chain), until `latch` is set, none is ready, or every worker is busy. A host that waits
-/// for work it has just
-/// submitted would otherwise sleep while a worker wakes to run that very work, and then be
-/// woken in turn: two thread hand-offs, tens of microseconds on a loaded or virtualised
-/// machine, for tasks of a few. A job runs here exactly as on a worker (its kernel sees
-/// itself inside a task, so host waits there are refused). Helping is bounded by one job
-/// past the moment `latch` is set. Nested rayon parallelism inside a job run here would use
-/// rayon's global pool, so kernels choose it only on a worker (see the backends' GEMM).
-#[cfg(not(loom))]
-fn help_until(latch: &Latch) {
-    let Some(inner) = LAST_SCHEDULED.with(|l| l.borrow().as_ref().and_then(|w| w.upgrade())) else {
-        return;
-    };
-    // Only while a worker is without a drainer: when every worker is busy, the host
-    // running a job too would only take a core from one of them.
-    while !latch.is_set() && inner.drainers.load(Ordering::Relaxed) < inner.threads {
-        let Some((node, job)) = inner.ready.pop() else {
-            return;
-        };
-        execute(node, job, false);
-    }
-}
-
-/// Notes `inner` as the runtime this thread last scheduled on (see [`help_until`]).
-fn remember_scheduled(inner: &std::sync::Arc<Inner>) {
-    LAST_SCHEDULED.with(|l| {
-        let mut l = l.borrow_mut();
-        let same = l
-            .as_ref()
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), std::sync::Arc::as_ptr(inner)));
-        if !same {
-            *l = Some(std::sync::Arc::downgrade(inner));
-        }
-    });
-}
-
 /// Runs one job's kernel (unless an input is poisoned) and publishes its outcome on the
 /// records it writes. The job, and with it every buffer and owner token, is dropped here.
-/// `on_host`: run by a waiting host thread rather than a worker (for the trace).
-fn run_job(node: &TaskNode, job: Job, on_host: bool) {
+fn run_job(node: &TaskNode, job: Job) {
     let Job {
         runtime,
         name,
@@ -478,14 +423,9 @@ fn run_job(node: &TaskNode, job: Job, on_host: bool) {
             .set_poison(&a.span.range, outcome.as_ref().err().cloned());
     }
     if let Some(started) = started {
-        // The host's track is numbered after the workers'.
-        let worker = match rayon::current_thread_index() {
-            Some(index) if !on_host => index,
-            _ => runtime.threads,
-        };
         runtime
             .trace
-            .record(node.id(), name, worker, started, outcome.is_err());
+            .record(node.id(), name, started, outcome.is_err());
     }
 }
 
@@ -507,11 +447,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// it on each record, a write for every earlier access. If a value read is poisoned, `f` does
 /// not run and [`Error::Poisoned`] names the origin; a host write that succeeds leaves clean
 /// values.
-///
-/// While it waits, and while a worker of that runtime is idle, the host thread runs ready
-/// tasks of the runtime it last scheduled on itself, one at a time, instead of sleeping
-/// while a worker wakes for them: a short task submitted and then waited for costs no
-/// thread hand-off.
 ///
 /// `f` must not wait for work enrolled on these records after this call (that work waits for
 /// `f`). Called inside a task it returns [`Error::WaitInsideTask`], and on a worker thread
@@ -561,8 +496,6 @@ fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> Result<R>) -> 
     if let Some(ready) = TaskNode::finish_enrollment(Arc::clone(&node)) {
         dispatch(ready);
     }
-    #[cfg(not(loom))]
-    help_until(&latch);
     latch.wait();
     let written = || accesses.items.iter().filter(|a| a.mode.writes());
     let poison = accesses

@@ -17,8 +17,7 @@ pub struct TraceEvent {
     pub task: TaskId,
     /// The name it was scheduled under.
     pub name: &'static str,
-    /// The worker (pool thread index) that ran it, or the runtime's number of workers when a
-    /// waiting host thread ran it (see [`host`](crate::host)).
+    /// The worker (pool thread index) that ran it.
     pub worker: usize,
     /// When it started, from the start of recording.
     pub start: Duration,
@@ -37,8 +36,7 @@ pub struct Trace {
 
 impl Trace {
     /// The timeline as Chrome trace-event JSON (complete events, microseconds), which
-    /// Perfetto and `chrome://tracing` open: one track per worker, and one after them for the
-    /// tasks a waiting host ran.
+    /// Perfetto and `chrome://tracing` open: one track per worker.
     pub fn to_chrome_json(&self) -> String {
         let mut out = String::from("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
         for (k, e) in self.events.iter().enumerate() {
@@ -107,20 +105,13 @@ impl Recorder {
     }
 
     /// Adds one task that ran from `start` to now.
-    pub(crate) fn record(
-        &self,
-        task: TaskId,
-        name: &'static str,
-        worker: usize,
-        start: Instant,
-        failed: bool,
-    ) {
+    pub(crate) fn record(&self, task: TaskId, name: &'static str, start: Instant, failed: bool) {
         let end = Instant::now();
         if let Some((origin, events)) = self.state.lock().as_mut() {
             events.push(TraceEvent {
                 task,
                 name,
-                worker,
+                worker: rayon::current_thread_index().unwrap_or(usize::MAX),
                 start: start.saturating_duration_since(*origin),
                 duration: end.saturating_duration_since(start),
                 failed,

@@ -319,34 +319,3 @@ fn a_composite_set_keeps_each_record_once() {
     let set = tessera_core::HazardSet::composite([r.clone(), r]);
     assert_eq!(set.len(), 1);
 }
-
-/// A host that waits for a task it has just submitted, while a worker is idle, runs the task
-/// itself rather than sleeping while a worker wakes for it (the sleeping workers lose that
-/// race: the pause before each trial lets them fall asleep). Wherever the task runs, it is a
-/// task: a host wait inside it is refused, and its result is the one waited for.
-#[test]
-fn a_waiting_host_runs_the_task_it_waits_for() {
-    let rt = Runtime::new(2).unwrap();
-    let host = std::thread::current().id();
-    let other = Async::new(0_u8);
-    let mut on_host = 0;
-    for trial in 0..20_u64 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let out = Async::new((None, false, 0_u64));
-        let view = other.view();
-        rt.schedule(out.overwrite(), move |o| {
-            let refused = matches!(view.wait(), Err(Error::WaitInsideTask { .. }));
-            *o = (Some(std::thread::current().id()), refused, trial);
-            Ok(())
-        })
-        .unwrap();
-        let (ran_on, refused, seen) = out.get().unwrap();
-        assert!(
-            refused,
-            "trial {trial}: a host wait inside the task was not refused"
-        );
-        assert_eq!(seen, trial);
-        on_host += usize::from(ran_on == Some(host));
-    }
-    assert!(on_host > 0, "the waiting host never ran the task itself");
-}
