@@ -15,9 +15,9 @@
 use crate::array::{AsyncArray, BlockAlias};
 use crate::error::Error;
 use crate::sector::AbelianSector;
-use crate::structure::{BlockStructure, Permuted};
+use crate::structure::{BlockStructure, Permuted, block_copy};
 use smallvec::SmallVec;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
 use tessera_backends::cpu;
 use tessera_core::{Alias, Async, CopyPlan, KernelError, Stores, schedule_named};
@@ -71,6 +71,12 @@ pub(crate) fn check_permuted<S: AbelianSector>(
         return Err(Error::InvalidPermutation {
             legs: from.num_legs(),
             given: perm.to_vec(),
+        });
+    }
+    if !permuted.is_permutation_of(from) {
+        return Err(Error::StructureMismatch {
+            expected: "the structure the permutation was planned for".into(),
+            given: describe(from),
         });
     }
     if *out != permuted.structure {
@@ -468,13 +474,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             });
         }
         let ids = blocks.resolve(self.num_blocks())?;
-        let plans =
-            permuted
-                .copy_plans(self.structure())
-                .ok_or_else(|| Error::StructureMismatch {
-                    expected: "the structure the permutation was planned for".into(),
-                    given: describe(self.structure()),
-                })?;
+        let plans = permuted.copy_slots();
         let moves = ids.iter().map(|&i| {
             let negative = permuted.sign(i).expect("block of the structure") < 0;
             (i, permuted.block_map[i], negative)
@@ -517,16 +517,18 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// [`GROUP_ELEMS`] elements each: a task costs a few microseconds to enroll and run, as
     /// much as moving several thousand elements, and the enrolling thread competes with the
     /// workers for the cores. A group reads one block set and writes one (one access each,
-    /// on exactly its blocks' records). With `plans` (a permutation's planned copies, one
-    /// per block of `self`, onto its image in `out`), each block moves through its plan
-    /// instead of views built and planned per block.
+    /// on exactly its blocks' records). With `plans` (a permutation's slots for its planned
+    /// copies, one per block of `self`, onto its image in `out`), each block moves through
+    /// its plan, which the first task to move the block makes and keeps (so the planning is
+    /// spread over the workers, once), instead of through views built and planned per
+    /// block at every call.
     fn relabel_blocks(
         &self,
         moves: impl Iterator<Item = (usize, usize, bool)>,
         out: &Self,
         perm: &[usize],
         conj: bool,
-        plans: Option<Arc<[CopyPlan]>>,
+        plans: Option<Arc<[OnceLock<CopyPlan>]>>,
     ) -> Result<(), Error> {
         let moves: Vec<(usize, usize, bool)> = moves.collect();
         let total: usize = moves
@@ -553,21 +555,31 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             let writes = out.block_set(&ids(|m| m.1))?.into_overwrite();
             let group = std::mem::take(group);
             let (perm, plans) = (Arc::clone(&perm), plans.clone());
+            let structures = (Arc::clone(self.structure()), Arc::clone(out.structure()));
             schedule_named("blocks.permute", (reads, writes), move |(xs, mut ys)| {
                 if let Some(plans) = &plans {
-                    for (k, &(i, _, negate)) in group.iter().enumerate() {
+                    let (from, to) = &structures;
+                    for (k, &(i, j, negate)) in group.iter().enumerate() {
+                        let plan = match plans[i].get() {
+                            Some(plan) => plan,
+                            None => {
+                                let plan = block_copy(from, i, to, j, &perm)
+                                    .ok_or("a block and its image have the same shape")?;
+                                plans[i].get_or_init(|| plan)
+                            }
+                        };
                         let (y, x) = (ys.block_ptr(k), xs.block_ptr(k));
-                        // SAFETY: `plans[i]` copies block `i` of `self` (its shape and
-                        // strides in the structure, legs permuted) onto its image in `out`
-                        // (`out` has the permuted structure: `check_permuted`), which is the
-                        // move's destination; the task holds the read grant of block `i`
-                        // (the read set's block `k`) and the write grant of its image (the
-                        // write set's block `k`), exactly
-                        // those elements, inside their allocations (extents checked when
-                        // the arrays were made); a block's layout is one-to-one; the arrays'
-                        // storage differs (checked), so the blocks do not overlap; no view
-                        // of either block lives.
-                        unsafe { cpu::permute_copy_planned(negate, conj, &plans[i], y, x, stores) };
+                        // SAFETY: `plan` copies block `i` of `from` (its shape and strides,
+                        // legs permuted) onto block `j` of `to` (the same shape: checked when
+                        // it was planned), and `from` and `to` are the structures of `self`
+                        // and `out`, or equal to them (`check_permuted`, for a plan filled
+                        // by an earlier use); the task holds the read grant of block `i`
+                        // (the read set's block `k`) and the write grant of block `j` (the
+                        // write set's block `k`), exactly those elements, inside their
+                        // allocations (extents checked when the arrays were made); a
+                        // block's layout is one-to-one; the arrays' storage differs
+                        // (checked), so the blocks do not overlap; no view of either lives.
+                        unsafe { cpu::permute_copy_planned(negate, conj, plan, y, x, stores) };
                     }
                     return Ok(());
                 }

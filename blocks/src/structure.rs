@@ -61,7 +61,7 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
 use bitvec::field::BitField;
 use bitvec::prelude::{BitSlice, BitVec};
@@ -174,8 +174,7 @@ pub struct BlockStructure<S: AbelianSector> {
 }
 
 /// The permutation plans a structure keeps: at most [`KEPT_PERMUTATIONS`], the oldest
-/// dropped first. A clone of the structure starts with none (it is another structure to the
-/// plans' copies, which are keyed by the structure they ran on).
+/// dropped first. A clone of the structure starts with none.
 struct KeptPermutations<S: AbelianSector>(parking_lot::Mutex<Vec<Arc<Permuted<S>>>>);
 
 /// How many permutation plans a structure keeps.
@@ -318,8 +317,8 @@ impl<S: AbelianSector> fmt::Debug for Block<'_, S> {
 }
 
 /// A structure with its legs reordered (see [`BlockStructure::permuted`]): the plan of a
-/// permutation, which also keeps, once the permutation has run, the copy of every block
-/// planned from the two layouts.
+/// permutation, which also keeps the copy of every block it has moved, planned from the two
+/// blocks' layouts by the task that first moved it.
 #[derive(Clone, Debug)]
 pub struct Permuted<S: AbelianSector> {
     /// The permuted structure.
@@ -330,15 +329,12 @@ pub struct Permuted<S: AbelianSector> {
     pub negative: BitVec,
     /// The permutation of the legs (new leg `k` is old leg `perm[k]`).
     perm: Vec<usize>,
-    /// Per original block, the copy into its image, planned on first use for the original
-    /// structure named beside the plans.
-    copies: OnceLock<PlannedCopies<S>>,
+    /// What determines the original structure (legs, split, present blocks; the flux is
+    /// `structure`'s): an array permuted with this plan must have exactly that structure.
+    source: (Vec<Leg<S>>, usize, BitVec),
+    /// Per original block, its copy onto its image, planned on first use.
+    copies: OnceLock<Arc<[OnceLock<CopyPlan>]>>,
 }
-
-/// A permutation's copy plans (one per block of the original), with the original structure
-/// they were planned for. Named weakly: the structure keeps its permutations
-/// ([`BlockStructure::permutation`]), which must not keep it.
-type PlannedCopies<S> = (Weak<BlockStructure<S>>, Arc<[CopyPlan]>);
 
 impl<S: AbelianSector> Permuted<S> {
     /// The fermionic sign (`+1` or `-1`) of original block `old`, if it is a block.
@@ -351,47 +347,47 @@ impl<S: AbelianSector> Permuted<S> {
         &self.perm
     }
 
-    /// Per block `old` of `source`, the copy of its elements (legs permuted) onto block
-    /// `block_map[old]` of the permuted structure, planned from the two blocks' shapes and
-    /// strides; `None` when `source` has other blocks than the structure this was computed
-    /// from (a block count or a permuted shape that differs). Planned once and kept (for one
-    /// source structure at a time): a contraction that permutes the same operands again and
-    /// again moves its blocks without planning a copy per block.
-    pub(crate) fn copy_plans(&self, source: &Arc<BlockStructure<S>>) -> Option<Arc<[CopyPlan]>> {
-        if let Some((planned_for, plans)) = self.copies.get()
-            // The same structure (a `Weak` keeps its allocation, so its address is not
-            // reused while it lives), or one equal to it.
-            && (std::ptr::eq(planned_for.as_ptr(), Arc::as_ptr(source))
-                || planned_for.upgrade().is_some_and(|p| *p == **source))
-        {
-            return Some(Arc::clone(plans));
-        }
-        if source.num_blocks() != self.block_map.len() || source.num_legs() != self.perm.len() {
-            return None;
-        }
-        let mut plans = Vec::with_capacity(source.num_blocks());
-        let mut src_strides = Vec::with_capacity(self.perm.len());
-        let mut dims = Vec::with_capacity(self.perm.len());
-        for (b, &j) in source.blocks().zip(&self.block_map) {
-            let image = self.structure.block(j)?;
-            dims.clear();
-            dims.extend(self.perm.iter().map(|&p| b.shape()[p]));
-            if dims != image.shape() {
-                return None;
-            }
-            src_strides.clear();
-            src_strides.extend(self.perm.iter().map(|&p| b.strides()[p] as isize));
-            let dst_strides: SmallVec<[isize; 6]> =
-                image.strides().iter().map(|&s| s as isize).collect();
-            plans.push(CopyPlan::new(&dims, &dst_strides, &src_strides));
-        }
-        let plans: Arc<[CopyPlan]> = plans.into();
-        // Kept for the first source planned for; another one is planned at each use.
-        let _ = self
-            .copies
-            .set((Arc::downgrade(source), Arc::clone(&plans)));
-        Some(plans)
+    /// Whether `s` is the structure this was computed from: the same legs, split, flux and
+    /// present blocks, which determine a structure (its layout included).
+    pub fn is_permutation_of(&self, s: &BlockStructure<S>) -> bool {
+        let (legs, n_codomain, present) = &self.source;
+        s.n_codomain == *n_codomain
+            && s.flux == self.structure.flux
+            && s.present == *present
+            && s.legs == *legs
     }
+
+    /// One slot per original block for its planned copy (see [`block_copy`]), shared by
+    /// every use of this plan: the slots are filled by the tasks that move the blocks.
+    pub(crate) fn copy_slots(&self) -> Arc<[OnceLock<CopyPlan>]> {
+        Arc::clone(
+            self.copies
+                .get_or_init(|| (0..self.block_map.len()).map(|_| OnceLock::new()).collect()),
+        )
+    }
+}
+
+/// The copy of block `old` of `from` (its legs reordered by `perm`) onto block `new` of
+/// `to`, planned from the two blocks' shapes and strides; `None` when the reordered shape is
+/// not the image's (the structures are not a permutation pair).
+pub(crate) fn block_copy<S: AbelianSector>(
+    from: &BlockStructure<S>,
+    old: usize,
+    to: &BlockStructure<S>,
+    new: usize,
+    perm: &[usize],
+) -> Option<CopyPlan> {
+    let (b, image) = (from.block(old)?, to.block(new)?);
+    let dims: SmallVec<[usize; 6]> = perm
+        .iter()
+        .map(|&p| b.shape().get(p).copied())
+        .collect::<Option<_>>()?;
+    if dims.as_slice() != image.shape() {
+        return None;
+    }
+    let src: SmallVec<[isize; 6]> = perm.iter().map(|&p| b.strides()[p] as isize).collect();
+    let dst: SmallVec<[isize; 6]> = image.strides().iter().map(|&s| s as isize).collect();
+    Some(CopyPlan::new(&dims, &dst, &src))
 }
 
 /// A structure derived from another one, with the map of block ids (see
@@ -745,6 +741,7 @@ impl<S: AbelianSector> BlockStructure<S> {
             block_map,
             negative,
             perm: perm.to_vec(),
+            source: (self.legs.clone(), self.n_codomain, self.present.clone()),
             copies: OnceLock::new(),
         })
     }
