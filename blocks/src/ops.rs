@@ -11,6 +11,10 @@
 //!   few thousand elements), and enrolls on exactly those blocks' records: work on
 //!   different tasks' blocks runs in parallel and work on one block keeps program order.
 //!   Reductions (norm, inner) are one partial result per task plus one task that sums them.
+//! - A permutation runs from its plan ([`Permuted`], kept by the structure): the plan's
+//!   source structure and permutation are checked on the host, and each block moves through
+//!   a copy planned from its two layouts, which the first task to move it makes and the
+//!   plan keeps.
 
 use crate::array::{AsyncArray, BlockAlias};
 use crate::error::Error;

@@ -2,7 +2,10 @@
 //! tensor's single backing allocation.
 //!
 //! Owns [`BlockStructure`] (the immutable descriptor table), its views [`Block`] and
-//! [`CoupledSector`], and the results of re-indexing: [`Permuted`] and [`Remapped`].
+//! [`CoupledSector`], and the results of re-indexing: [`Permuted`] (a permutation's plan,
+//! the last few of which a structure keeps) and [`Remapped`]. The descriptor table never
+//! changes; what a structure keeps beside it (its fingerprint, its permutation plans) is
+//! derived from it alone.
 //!
 //! # What is allowed, what is present
 //!

@@ -1,8 +1,9 @@
 //! One shared, 64-byte-aligned backing allocation, and the strided views into it.
 //!
 //! Owns: [`SharedBuffer`] (the owner token of an array's storage: one allocation, its length
-//! and its [`Domain`]) and [`StridedRef`] / [`StridedMut`] (the resolved views a block kernel
-//! gets). Invariants:
+//! and its [`Domain`]), [`StridedRef`] / [`StridedMut`] (the resolved views a block kernel
+//! gets) and [`CopyPlan`] (a copy between two strided layouts, planned once from the layouts
+//! alone, which the views' copies run through). Invariants:
 //!
 //! - Every view's pointer is derived from the allocation's own base pointer (so it has
 //!   provenance over the whole allocation), and every element a view can index lies inside
