@@ -573,6 +573,16 @@ fn transpose_kernel<T: 'static>() -> Option<TransposeKernel> {
     None
 }
 
+/// The vector kernel for `T` (see [`transpose_kernel`]) with the bits it flips and whether
+/// it streams its stores: what [`StridedMut::assign_flipped`] and
+/// [`CopyPlan::copy_flipped`] hand their copy.
+fn flipping_kernel<T: 'static>(
+    mask: u128,
+    stores: Stores,
+) -> Option<(TransposeKernel, u128, bool)> {
+    transpose_kernel::<T>().map(|k| (k, mask, stores == Stores::Streaming))
+}
+
 /// AVX2 register transposes of 8 x 8 squares of 4-, 8- and 16-byte elements, and (with the
 /// `avx512` feature) an AVX-512 one for 8-byte elements, chosen where the CPU has AVX-512F.
 ///
@@ -1077,10 +1087,8 @@ impl CopyPlan {
         flip: impl Fn(T) -> T,
         stores: Stores,
     ) {
-        let stream = stores == Stores::Streaming;
-        let kernel = transpose_kernel::<T>().map(|k| (k, mask, stream));
-        // SAFETY: the caller's contract is `run`'s.
-        unsafe { self.run(dst, src, flip, kernel) }
+        // SAFETY: the caller's contract is `run`'s; the kernel is chosen for `T`.
+        unsafe { self.run(dst, src, flip, flipping_kernel::<T>(mask, stores)) }
     }
 
     /// Runs the plan with `f` and, when given, `kernel` for the full squares of a plain
@@ -1397,12 +1405,7 @@ impl<T: Copy> StridedMut<'_, T> {
     where
         T: 'static,
     {
-        let stream = stores == Stores::Streaming;
-        self.assign_with(
-            src,
-            flip,
-            transpose_kernel::<T>().map(|k| (k, mask, stream)),
-        )
+        self.assign_with(src, flip, flipping_kernel::<T>(mask, stores))
     }
 
     /// [`assign_map`](Self::assign_map), with `kernel` (when given, with its mask) doing the
