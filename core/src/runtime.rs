@@ -4,7 +4,9 @@
 //! public [`schedule`] entry points. Invariants:
 //!
 //! - A task is enrolled on the caller's thread, at the call, in program order; it runs on a
-//!   worker once its pending count reaches zero.
+//!   worker once its pending count reaches zero. An eager task (an enqueue-only kernel) that
+//!   is ready at enrollment runs on the caller's thread instead, before the call returns,
+//!   and hands every successor it releases to the workers.
 //! - A worker never blocks on another task: kernels run to completion, a ready successor is
 //!   either continued inline (one, on the same runtime) or spawned, and host waits are
 //!   refused inside a task with [`Error::WaitInsideTask`].
@@ -255,6 +257,44 @@ impl Runtime {
         A: Access,
         F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
     {
+        self.submit(name, access, kernel, false)
+    }
+
+    /// Like [`schedule_named`](Self::schedule_named), for a kernel that only *enqueues* work
+    /// (a device launch: microseconds on the host): if the task waits for nothing when it is
+    /// enrolled, its kernel runs here, on the calling thread, before this returns; otherwise
+    /// it runs on a worker like any task. Program order, poisoning and the successors it
+    /// releases are as for any task.
+    ///
+    /// Why: handing a ready task to a worker costs a queue push, a futex wake and, for the
+    /// host that then waits for it, a park and a wake; for a kernel that only enqueues a
+    /// device launch that hand-off is most of the task's latency. A kernel that blocks (a
+    /// copy to the host, a reduction that waits for the device) must not be scheduled
+    /// eagerly: the caller would wait for it.
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule`].
+    pub fn schedule_eager_named<A, F>(
+        &self,
+        name: &'static str,
+        access: A,
+        kernel: F,
+    ) -> Result<TaskId>
+    where
+        A: Access,
+        F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
+    {
+        self.submit(name, access, kernel, true)
+    }
+
+    /// Enrolls a task and, once it is ready, hands it to a worker, or (`eager`, ready at
+    /// once) runs it on this thread.
+    fn submit<A, F>(&self, name: &'static str, access: A, kernel: F, eager: bool) -> Result<TaskId>
+    where
+        A: Access,
+        F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
+    {
         let mut accesses = AccessList::new();
         access.declare(&mut accesses);
         accesses.normalize()?;
@@ -276,7 +316,11 @@ impl Runtime {
             kernel,
         }));
         if let Some(ready) = TaskNode::finish_enrollment(node) {
-            dispatch(ready);
+            if eager {
+                run_here(ready);
+            } else {
+                dispatch(ready);
+            }
         }
         Ok(id)
     }
@@ -328,6 +372,37 @@ where
     Runtime::current().schedule_named(name, access, kernel)
 }
 
+/// [`Runtime::schedule_eager_named`] on the [current](Runtime::current) runtime: a kernel
+/// that only enqueues work runs on the calling thread when its task waits for nothing.
+///
+/// ```
+/// use tessera_core::{Async, schedule_eager_named};
+///
+/// let a = Async::new(20.0_f64);
+/// let b = Async::new(0.0_f64);
+/// let caller = std::thread::current().id();
+/// let here = Async::new(false);
+/// schedule_eager_named("double", (a.read(), b.write(), here.overwrite()), move |(a, b, h)| {
+///     *b = *a * 2.0 + 2.0;
+///     *h = std::thread::current().id() == caller;
+///     Ok(())
+/// })?;
+/// assert_eq!(b.get()?, 42.0);
+/// assert!(here.get()?, "nothing to wait for: it ran on the caller's thread");
+/// # Ok::<(), tessera_core::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`schedule`].
+pub fn schedule_eager_named<A, F>(name: &'static str, access: A, kernel: F) -> Result<TaskId>
+where
+    A: Access,
+    F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
+{
+    Runtime::current().schedule_eager_named(name, access, kernel)
+}
+
 /// Hands a ready node to whoever runs it: a worker for a job, the host for a wait.
 fn dispatch(node: Arc<TaskNode>) {
     match node.take_work() {
@@ -341,6 +416,22 @@ fn dispatch(node: Arc<TaskNode>) {
 }
 
 type Ready = SmallVec<[Arc<TaskNode>; 4]>;
+
+/// Runs a ready node's job on this thread (an eager task), then dispatches every successor
+/// it made ready: none is continued here, since this may be the host thread, which must
+/// return to the program.
+fn run_here(node: Arc<TaskNode>) {
+    let Some(Work::Job(job)) = node.take_work() else {
+        unreachable!("{} is a task made ready by its enrollment", node.id());
+    };
+    let _current = EnterGuard::new(Runtime {
+        inner: std::sync::Arc::clone(&job.runtime),
+    });
+    run_job(&node, job);
+    let mut ready = Ready::new();
+    node.complete(&mut ready);
+    ready.into_iter().for_each(dispatch);
+}
 
 /// Runs a job, then continues inline with one successor it made ready on the same runtime
 /// (a chain runs without a spawn per link) and dispatches the others.

@@ -319,3 +319,89 @@ fn a_composite_set_keeps_each_record_once() {
     let set = tessera_core::HazardSet::composite([r.clone(), r]);
     assert_eq!(set.len(), 1);
 }
+
+#[test]
+fn an_eager_task_runs_here_when_ready_and_on_a_worker_when_it_must_wait() {
+    let rt = Runtime::new(2).unwrap();
+    let caller = std::thread::current().id();
+    let a = Async::new(1_u64);
+    let on_caller = Async::new(false);
+    rt.schedule_eager_named(
+        "ready",
+        (a.write(), on_caller.overwrite()),
+        move |(a, h)| {
+            *a *= 10;
+            *h = std::thread::current().id() == caller;
+            Ok(())
+        },
+    )
+    .unwrap();
+    // Ran before the call returned: the value is final without any wait.
+    assert!(on_caller.get().unwrap());
+    assert_eq!(a.get().unwrap(), 10);
+
+    // Behind a writer that is held back, an eager task cannot run here: the call returns,
+    // the task runs later on a worker, after its predecessor, and its own successor (an
+    // ordinary task) follows it.
+    let gate = Arc::new(AtomicUsize::new(0));
+    let g = Arc::clone(&gate);
+    rt.schedule(a.write(), move |a| {
+        spin_until(&g, 1);
+        *a += 1;
+        Ok(())
+    })
+    .unwrap();
+    let on_caller = Async::new(true);
+    rt.schedule_eager_named(
+        "waits",
+        (a.write(), on_caller.overwrite()),
+        move |(a, h)| {
+            *a *= 3;
+            *h = std::thread::current().id() == caller;
+            Ok(())
+        },
+    )
+    .unwrap();
+    let b = Async::new(0_u64);
+    rt.schedule((a.read(), b.overwrite()), |(a, b)| {
+        *b = *a + 1;
+        Ok(())
+    })
+    .unwrap();
+    gate.store(1, Ordering::Release);
+    assert_eq!(b.get().unwrap(), 34);
+    assert!(!on_caller.get().unwrap(), "it had to wait: a worker ran it");
+}
+
+#[test]
+fn an_eager_task_is_a_task_for_waits_and_failures() {
+    let rt = Runtime::new(1).unwrap();
+    let a = Async::new(1_u8);
+    let b = Async::new(0_u8);
+    let view = a.view();
+    let seen = Arc::new(parking_lot::Mutex::new(None));
+    let s = Arc::clone(&seen);
+    // A host wait inside an eager kernel is refused, as in any task, even on the host thread.
+    rt.schedule_eager_named("waits", b.write(), move |_| {
+        *s.lock() = Some(view.wait());
+        Ok(())
+    })
+    .unwrap();
+    assert!(matches!(
+        seen.lock().take(),
+        Some(Err(Error::WaitInsideTask { .. }))
+    ));
+    // A failing eager kernel poisons what it was to write, and a reader after it skips.
+    rt.schedule_eager_named("fails", b.write(), |b| {
+        *b = 7;
+        Err("no".into())
+    })
+    .unwrap();
+    let c = Async::new(0_u8);
+    rt.schedule_eager_named("skipped", (b.read(), c.overwrite()), |(_, c)| {
+        *c = 1;
+        Ok(())
+    })
+    .unwrap();
+    assert!(matches!(c.get(), Err(Error::Poisoned { .. })));
+}
