@@ -12,7 +12,9 @@
 //! - One hazard record per block, as on the host: a task that touches device blocks enrolls
 //!   on exactly their records, like any other task, so program order is kept per block.
 //! - A task on device data *enqueues* its work on the device's one stream and completes when
-//!   it is enqueued, not when it is done. Later work on the same device is enrolled after
+//!   it is enqueued, not when it is done. Such a task is scheduled eagerly: when it waits for
+//!   nothing, the calling thread enqueues the work itself, with no hand-off to a worker
+//!   (transfers to the host and reductions, which wait for the stream, run on workers). Later work on the same device is enrolled after
 //!   it, so it is enqueued after it and the stream orders the two with no host wait; work
 //!   on another device waits on an event ([`DeviceArray::to_device`]); the host sees device
 //!   data only through a transfer ([`DeviceArray::to_host`]) or a reduction, whose tasks
@@ -35,9 +37,11 @@ use smallvec::SmallVec;
 use std::ops::Range;
 use std::sync::Arc;
 use tessera_backends::cuda::{
-    CudaDevice, CudaError, CudaScalar, DeviceBuffer, MatLayout, StridedView, VecLayout,
+    CudaDevice, CudaError, CudaScalar, DeviceBuffer, MatLayout, PermuteMove, VecLayout,
 };
-use tessera_core::{Alias, Async, Domain, HazardSet, RecordTable, Region, schedule_named};
+use tessera_core::{
+    Alias, Async, Domain, HazardSet, RecordTable, Region, schedule_eager_named, schedule_named,
+};
 
 /// One device allocation and the device it lives on.
 #[derive(Debug)]
@@ -513,7 +517,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         let out = Self::zeros(Arc::clone(&self.structure), device)?;
         let src = self.selected(Blocks::All)?.into_read();
         let dst = out.selected(Blocks::All)?.into_overwrite();
-        schedule_named("device.to_device", (src, dst), |(src, dst)| {
+        schedule_eager_named("device.to_device", (src, dst), |(src, dst)| {
             // Two devices: each storage under its own lock, in address order (as `enqueue`).
             let (s, d) = (&src.storage, &dst.storage);
             let (src_buf, mut dst_buf);
@@ -540,7 +544,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
     /// [`Error::UnknownBlock`]; nothing is enrolled on error.
     pub fn scale(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
         let y = self.selected(blocks)?.into_write();
-        schedule_named("device.scale", y, move |mut y| {
+        schedule_eager_named("device.scale", y, move |mut y| {
             let runs = y.blas_runs();
             enqueue(Some(&mut y), &[], |dev, y, _| {
                 let y = y.expect("a write was given");
@@ -566,7 +570,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         }
         let ids = blocks.resolve(self.num_blocks())?;
         let access = (x.blocks(&ids)?.into_read(), self.blocks(&ids)?.into_write());
-        schedule_named("device.axpy", access, move |(x, mut y)| {
+        schedule_eager_named("device.axpy", access, move |(x, mut y)| {
             let runs = y.blas_runs();
             enqueue(Some(&mut y), &[&x], |dev, y, xs| {
                 let y = y.expect("a write was given");
@@ -653,7 +657,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
     }
 
     /// Like [`AsyncArray::permute_into_with`], on the device: one task moves the selected
-    /// blocks into `out` (same device), one kernel launch per block.
+    /// blocks into `out` (same device) in one kernel launch.
     ///
     /// # Errors
     ///
@@ -682,7 +686,7 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
             self.blocks(&ids)?.into_read(),
             out.blocks(&targets)?.into_overwrite(),
         );
-        schedule_named("device.permute", access, move |(x, mut y)| {
+        schedule_eager_named("device.permute", access, move |(x, mut y)| {
             let nc = y.structure().n_codomain();
             let moves: Vec<(StridedSource, MatLayout, bool)> = (0..x.ids().len())
                 .map(|k| {
@@ -697,17 +701,17 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
                 })
                 .collect();
             enqueue(Some(&mut y), &[&x], |dev, dst, srcs| {
-                let dst = dst.expect("a write was given");
-                for (src, layout, negate) in &moves {
-                    let view = StridedView {
-                        buf: srcs[0],
+                let batch: Vec<PermuteMove<'_>> = moves
+                    .iter()
+                    .map(|(src, layout, negate)| PermuteMove {
+                        negate: *negate,
                         offset: src.offset,
                         dims: &src.dims,
                         strides: &src.strides,
-                    };
-                    dev.permute_copy(*negate, view, dst, *layout)?;
-                }
-                Ok(())
+                        dst: *layout,
+                    })
+                    .collect();
+                dev.permute_copies(srcs[0], dst.expect("a write was given"), &batch)
             })?;
             Ok(())
         })?;

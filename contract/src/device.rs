@@ -31,7 +31,7 @@ use tessera_backends::cuda::{
 };
 use tessera_blocks::device::enqueue;
 use tessera_blocks::{AbelianSector, BlockStructure, Blocks, DeviceArray};
-use tessera_core::{Domain, schedule_named};
+use tessera_core::{Domain, schedule_eager_named};
 
 /// One cuBLAS GEMM of a lowered plan: `C <- alpha A B + beta C` on matrices of `A'`, `B'`
 /// and the target.
@@ -355,7 +355,7 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
         };
         let plan_idle = plan.idle.clone();
         let access = (all(am)?.into_read(), all(bm)?.into_read(), out);
-        schedule_named("device.contract", access, move |(xa, xb, mut xc)| {
+        schedule_eager_named("device.contract", access, move |(xa, xb, mut xc)| {
             let idle: Vec<MatLayout> = plan_idle
                 .iter()
                 .map(|&i| {
