@@ -8,8 +8,9 @@
 #![cfg(feature = "cuda")]
 
 use tessera_backends::cuda::{
-    BatchBuffers, CudaDevice, CudaError, CudaScalar, DeviceBuffer, GemmEntry, GemmGroup, MatLayout,
-    Op, PermuteMove, StridedBatch, StridedView, VecLayout, probe, probe_grouped, probe_nvrtc,
+    BatchBuffers, CudaDevice, CudaError, CudaScalar, DeviceBuffer, GemmEntry, GemmGroup,
+    IndependentGemm, LANES, MatLayout, Op, PermuteMove, StridedBatch, StridedView, VecLayout,
+    probe, probe_grouped, probe_nvrtc,
 };
 
 /// Device 0, or `None` (having said why the test is skipped) when there is no driver or device.
@@ -944,6 +945,126 @@ fn check_grouped<T: Real>(dev: &CudaDevice, specs: &[Spec], seed: u64) {
     let got = dev.download(&dc).unwrap();
     let what = format!("{} grouped GEMM, seed {seed}", T::NAME);
     assert_close(&got, &want, 100, &what);
+}
+
+/// Independent GEMMs (every entry of the grouped specs, each a call of its own on a lane,
+/// more of them than lanes) match the definition, and calls back to back with beta = 1
+/// accumulate in stream order: each call's lanes start after the call before it and the
+/// device's stream (the download) waits for all of them.
+#[test]
+fn independent_gemms_on_lanes_match_the_definition_in_stream_order() {
+    let Some(dev) = device() else { return };
+    fn run<T: Real>(dev: &CudaDevice, seed: u64) {
+        let specs = grouped_specs();
+        let (groups, [la, lb, lc]) = layout_groups(&specs);
+        let gemms: Vec<IndependentGemm<T>> = specs
+            .iter()
+            .zip(&groups)
+            .flat_map(|(s, entries)| {
+                entries.iter().map(move |&entry| IndependentGemm {
+                    entry,
+                    batch: StridedBatch {
+                        count: 1,
+                        stride_a: 0,
+                        stride_b: 0,
+                        stride_c: 0,
+                    },
+                    op_a: s.op_a,
+                    op_b: s.op_b,
+                    alpha: T::of(s.alpha),
+                    beta: T::of(s.beta),
+                })
+            })
+            .collect();
+        // And a strided batch of 3 after everything else in each buffer.
+        let (m, n, k) = (8, 6, 5);
+        let at = |offset, rows, cols| MatLayout {
+            offset,
+            ..MatLayout::contiguous(rows, cols)
+        };
+        let strided = IndependentGemm {
+            entry: GemmEntry {
+                a: at(la, m, k),
+                b: at(lb, k, n),
+                c: at(lc, m, n),
+            },
+            batch: StridedBatch {
+                count: 3,
+                stride_a: m * k,
+                stride_b: k * n,
+                stride_c: m * n + 1,
+            },
+            op_a: Op::Identity,
+            op_b: Op::Identity,
+            alpha: T::of(0.5),
+            beta: T::of(1.0),
+        };
+        let gemms = [gemms, vec![strided]].concat();
+        assert!(gemms.len() > LANES);
+        let (la, lb, lc) = (la + 3 * m * k, lb + 3 * k * n, lc + 3 * (m * n + 1));
+        let mut rng = Rng(seed);
+        let a: Vec<T> = random(&mut rng, la);
+        let b: Vec<T> = random(&mut rng, lb);
+        let c: Vec<T> = random(&mut rng, lc);
+        let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+        let mut dc = dev.upload(&c).unwrap();
+        let mut want: Vec<f64> = c.iter().map(|&x| x.to()).collect();
+        let rounds = 12;
+        for _ in 0..rounds {
+            reference_groups(&mut want, &a, &b, &specs, &groups);
+            for i in 0..3 {
+                let e = strided.entry;
+                let step = |l: MatLayout, by: usize| at(l.offset + i * by, l.rows, l.cols);
+                reference(
+                    &mut want,
+                    step(e.c, strided.batch.stride_c),
+                    1.0,
+                    &a,
+                    step(e.a, strided.batch.stride_a),
+                    Op::Identity,
+                    &b,
+                    step(e.b, strided.batch.stride_b),
+                    Op::Identity,
+                    0.5,
+                    k,
+                );
+            }
+            dev.gemm_independent(
+                BatchBuffers {
+                    c: &mut dc,
+                    a: &da,
+                    b: &db,
+                },
+                &gemms,
+            )
+            .unwrap();
+        }
+        let got = dev.download(&dc).unwrap();
+        let what = format!("{} independent GEMMs, {rounds} rounds", T::NAME);
+        assert_close(&got, &want, 100 * rounds, &what);
+        // One C twice: refused, and nothing written.
+        let clash = [gemms[0], gemms[0]];
+        let bufs = BatchBuffers {
+            c: &mut dc,
+            a: &da,
+            b: &db,
+        };
+        assert!(matches!(
+            dev.gemm_independent(bufs, &clash),
+            Err(CudaError::OverlappingOutputs { .. })
+        ));
+        let after = dev.download(&dc).unwrap();
+        assert!(
+            after
+                .iter()
+                .zip(&got)
+                .all(|(x, y)| x.to().to_bits() == y.to().to_bits())
+        );
+    }
+    for seed in [61_u64, 62] {
+        run::<f32>(&dev, seed);
+        run::<f64>(&dev, seed + 100);
+    }
 }
 
 #[test]

@@ -11,9 +11,10 @@
 //!   ([`layers`]: the `n`-th call into every output in layer `n`, batched by shape; a
 //!   batch large enough to pay for its own launch ([`launches_alone`]) gets one, as a
 //!   single GEMM, one strided-batched GEMM when evenly spaced, or a pointer-array batch;
-//!   the small ones of a layer share one grouped GEMM where cuBLAS has it), so no launch
-//!   writes a matrix twice and, the stream running the layers in order, the sums are those
-//!   of the CPU backend's tasks.
+//!   the small ones of a layer share one grouped GEMM where cuBLAS has it; a layer's
+//!   single and strided launches run side by side on the device's lanes), so no launch
+//!   writes a matrix twice and, each layer ending before the next starts on the stream,
+//!   the sums are those of the CPU backend's tasks.
 //! - Every temporary is allocated, and NVRTC probed when a permute is needed, before the
 //!   first task is enrolled, so an error enrolls nothing.
 //! - The work is enrolled as one task per step (operand permutes, the GEMMs on the composite
@@ -27,7 +28,8 @@ use crate::plan::Plan;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tessera_backends::cuda::{
-    BatchBuffers, CudaScalar, GemmEntry, GemmGroup, MatLayout, Op, StridedBatch, probe_grouped,
+    BatchBuffers, CudaScalar, GemmEntry, GemmGroup, IndependentGemm, MatLayout, Op, StridedBatch,
+    probe_grouped,
 };
 use tessera_blocks::device::enqueue;
 use tessera_blocks::{AbelianSector, BlockStructure, Blocks, DeviceArray};
@@ -184,18 +186,25 @@ pub(crate) fn launches_alone<T>(batch: &Batch) -> bool {
     flops >= FLOPS || bytes >= BYTES
 }
 
-/// One cuBLAS call of a lowered plan (`first`: the call starts its outputs, with the
-/// starting `beta`; else it accumulates, with `beta = 1`).
+/// One product, or a uniform strided batch of products, of an independent launch
+/// (`first`: it starts its outputs, with the starting `beta`; else it accumulates, with
+/// `beta = 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lone {
+    pub(crate) first: bool,
+    /// The first product.
+    pub(crate) entry: GemmEntry,
+    /// How many from `entry` on, how far apart (a count of 1 for one product).
+    pub(crate) strided: StridedBatch,
+}
+
+/// One cuBLAS call of a lowered plan (`first` as for [`Lone`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Launch {
-    /// One GEMM.
-    Single { first: bool, entry: GemmEntry },
-    /// One strided-batched GEMM: `strided.count` products from `entry` on.
-    Strided {
-        first: bool,
-        entry: GemmEntry,
-        strided: StridedBatch,
-    },
+    /// Products of one layer that each take a launch of their own (one GEMM, or a strided
+    /// batch when evenly spaced), side by side on the device's lanes
+    /// ([`CudaDevice::gemm_independent`]).
+    Independent(Vec<Lone>),
     /// One pointer-array batched GEMM.
     Batched(Batch),
     /// One grouped GEMM, a group per batch.
@@ -203,10 +212,11 @@ pub(crate) enum Launch {
 }
 
 /// The layers as launches, in stream order: per layer, its small batches in one grouped
-/// call when `grouped` (cuBLAS has grouped GEMM) and there are several, then every other
-/// batch in a call of its own (a single GEMM for one product, a strided batch when evenly
-/// spaced, else a pointer-array batch). Within a layer the order is free: no two of its
-/// calls write one matrix.
+/// call when `grouped` (cuBLAS has grouped GEMM) and there are several, every other batch
+/// that is unevenly spaced in a pointer-array batch of its own, and the rest (single
+/// products and strided batches) in one independent launch, so that the layer's large
+/// products run side by side. Within a layer the order is free: no two of its calls write
+/// one matrix.
 pub(crate) fn launches<T>(layers: Vec<Vec<Batch>>, grouped: bool) -> Vec<Launch> {
     let mut out = Vec::new();
     for layer in layers {
@@ -218,22 +228,31 @@ pub(crate) fn launches<T>(layers: Vec<Vec<Batch>>, grouped: bool) -> Vec<Launch>
         } else {
             small
         };
+        let mut lones = Vec::new();
         for batch in alone.into_iter().chain(small) {
             let first = batch.first;
-            out.push(
-                match (batch.entries.as_slice(), as_strided(&batch.entries)) {
-                    ([entry], _) => Launch::Single {
-                        first,
-                        entry: *entry,
-                    },
-                    ([entry, ..], Some(strided)) => Launch::Strided {
-                        first,
-                        entry: *entry,
-                        strided,
-                    },
-                    _ => Launch::Batched(batch),
-                },
-            );
+            let one = StridedBatch {
+                count: 1,
+                stride_a: 0,
+                stride_b: 0,
+                stride_c: 0,
+            };
+            match (batch.entries.as_slice(), as_strided(&batch.entries)) {
+                ([entry], _) => lones.push(Lone {
+                    first,
+                    entry: *entry,
+                    strided: one,
+                }),
+                ([entry, ..], Some(strided)) => lones.push(Lone {
+                    first,
+                    entry: *entry,
+                    strided,
+                }),
+                _ => out.push(Launch::Batched(batch)),
+            }
+        }
+        if !lones.is_empty() {
+            out.push(Launch::Independent(lones));
         }
     }
     out
@@ -374,29 +393,20 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
                         b: srcs[1],
                     };
                     match launch {
-                        Launch::Single { first, entry } => dev.gemm(
-                            bufs.c.mat_mut(entry.c),
-                            beta_of(*first),
-                            srcs[0].mat(entry.a),
-                            Op::Identity,
-                            srcs[1].mat(entry.b),
-                            Op::Identity,
-                            alpha,
-                        )?,
-                        Launch::Strided {
-                            first,
-                            entry,
-                            strided,
-                        } => dev.gemm_strided_batched(
-                            *strided,
-                            bufs.c.mat_mut(entry.c),
-                            beta_of(*first),
-                            srcs[0].mat(entry.a),
-                            Op::Identity,
-                            srcs[1].mat(entry.b),
-                            Op::Identity,
-                            alpha,
-                        )?,
+                        Launch::Independent(lones) => {
+                            let gemms: Vec<_> = lones
+                                .iter()
+                                .map(|l| IndependentGemm {
+                                    entry: l.entry,
+                                    batch: l.strided,
+                                    op_a: Op::Identity,
+                                    op_b: Op::Identity,
+                                    alpha,
+                                    beta: beta_of(l.first),
+                                })
+                                .collect();
+                            dev.gemm_independent(bufs, &gemms)?
+                        }
                         Launch::Batched(batch) => {
                             dev.gemm_batched(bufs, group_of(batch, alpha, first_beta))?
                         }
@@ -550,23 +560,21 @@ mod tests {
             first,
         };
         match launch {
-            Launch::Single { first, entry } => vec![call(entry, *first)],
-            Launch::Strided {
-                first,
-                entry,
-                strided,
-            } => (0..strided.count)
-                .map(|i| {
-                    let at = |m: MatLayout, stride: usize| MatLayout {
-                        offset: m.offset + i * stride,
-                        ..m
-                    };
-                    GemmCall {
-                        a: at(entry.a, strided.stride_a),
-                        b: at(entry.b, strided.stride_b),
-                        c: at(entry.c, strided.stride_c),
-                        first: *first,
-                    }
+            Launch::Independent(lones) => lones
+                .iter()
+                .flat_map(|l| {
+                    (0..l.strided.count).map(move |i| {
+                        let at = |m: MatLayout, stride: usize| MatLayout {
+                            offset: m.offset + i * stride,
+                            ..m
+                        };
+                        GemmCall {
+                            a: at(l.entry.a, l.strided.stride_a),
+                            b: at(l.entry.b, l.strided.stride_b),
+                            c: at(l.entry.c, l.strided.stride_c),
+                            first: l.first,
+                        }
+                    })
                 })
                 .collect(),
             Launch::Batched(batch) => batch.entries.iter().map(|e| call(e, batch.first)).collect(),
@@ -785,7 +793,7 @@ mod tests {
         for grouped in [false, true] {
             let launched = launches::<f64>(uniform.clone(), grouped);
             assert!(
-                matches!(launched[..], [Launch::Strided { strided, .. }] if strided.count == 16)
+                matches!(&launched[..], [Launch::Independent(l)] if l.len() == 1 && l[0].strided.count == 16)
             );
         }
         assert_eq!(

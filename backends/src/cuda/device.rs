@@ -14,7 +14,7 @@ use cudarc::driver::sys::CUresult;
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr, ValidAsZeroBits,
 };
-use std::ffi::c_int;
+use std::ffi::{c_int, c_longlong};
 use std::sync::{Arc, OnceLock};
 
 mod sealed {
@@ -121,6 +121,38 @@ pub trait CudaScalar: Scalar + DeviceRepr + ValidAsZeroBits + sealed::Sealed {
         result: *mut Self,
     ) -> cublasStatus_t;
 
+    /// `cublas?gemmStridedBatched` on raw device pointers (no cudarc views, so no cudarc
+    /// events are waited for or recorded: the caller orders the streams).
+    ///
+    /// # Safety
+    ///
+    /// Every matrix of the batch (`batch` of them, `stride_*` elements apart) must lie within
+    /// its allocation on the handle's device, with no two C matrices sharing an element, and
+    /// stay allocated until the handle's stream has run the call. `alpha` and `beta` are host
+    /// pointers (host pointer mode).
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm_strided_raw(
+        handle: cublasHandle_t,
+        transa: cublasOperation_t,
+        transb: cublasOperation_t,
+        m: c_int,
+        n: c_int,
+        k: c_int,
+        alpha: *const Self,
+        a: *const Self,
+        lda: c_int,
+        stride_a: c_longlong,
+        b: *const Self,
+        ldb: c_int,
+        stride_b: c_longlong,
+        beta: *const Self,
+        c: *mut Self,
+        ldc: c_int,
+        stride_c: c_longlong,
+        batch: c_int,
+    ) -> cublasStatus_t;
+
     /// `cublas?gemmBatched`: one shape, pointer arrays in device memory.
     ///
     /// # Safety
@@ -180,7 +212,7 @@ pub trait CudaScalar: Scalar + DeviceRepr + ValidAsZeroBits + sealed::Sealed {
 }
 
 macro_rules! cuda_scalar {
-    ($t:ty, $kernel:literal, $axpy:ident, $scal:ident, $nrm2:ident, $dot:ident, $batched:ident, $grouped:ident) => {
+    ($t:ty, $kernel:literal, $axpy:ident, $scal:ident, $nrm2:ident, $dot:ident, $strided:ident, $batched:ident, $grouped:ident) => {
         impl CudaScalar for $t {
             const KERNEL: usize = $kernel;
 
@@ -252,6 +284,35 @@ macro_rules! cuda_scalar {
             ) -> cublasStatus_t {
                 // SAFETY: as for `axpy`.
                 unsafe { blas_sys::$dot(handle, n, x, incx, y, incy, result) }
+            }
+
+            unsafe fn gemm_strided_raw(
+                handle: cublasHandle_t,
+                transa: cublasOperation_t,
+                transb: cublasOperation_t,
+                m: c_int,
+                n: c_int,
+                k: c_int,
+                alpha: *const Self,
+                a: *const Self,
+                lda: c_int,
+                stride_a: c_longlong,
+                b: *const Self,
+                ldb: c_int,
+                stride_b: c_longlong,
+                beta: *const Self,
+                c: *mut Self,
+                ldc: c_int,
+                stride_c: c_longlong,
+                batch: c_int,
+            ) -> cublasStatus_t {
+                // SAFETY: as for `axpy`.
+                unsafe {
+                    blas_sys::$strided(
+                        handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+                        beta, c, ldc, stride_c, batch,
+                    )
+                }
             }
 
             unsafe fn gemm_batched(
@@ -330,6 +391,7 @@ cuda_scalar!(
     cublasSscal_v2,
     cublasSnrm2_v2,
     cublasSdot_v2,
+    cublasSgemmStridedBatched,
     cublasSgemmBatched,
     cublasSgemmGroupedBatched
 );
@@ -340,6 +402,7 @@ cuda_scalar!(
     cublasDscal_v2,
     cublasDnrm2_v2,
     cublasDdot_v2,
+    cublasDgemmStridedBatched,
     cublasDgemmBatched,
     cublasDgemmGroupedBatched
 );
@@ -387,6 +450,8 @@ pub struct CudaDevice {
     // they are used on, the stream before the context.
     /// The permute kernels, compiled and loaded on first use.
     pub(super) permute_kernels: OnceLock<Result<Arc<PermuteKernels>, CudaError>>,
+    /// Side streams for independent GEMMs, made on first use ([`super::lanes`]).
+    pub(super) lanes: super::lanes::LaneSet,
     /// In host pointer mode (alpha, beta and results are host pointers): GEMMs, axpy, scal.
     pub(super) blas: CudaBlas,
     /// In device pointer mode, set once at creation and never changed (a handle's pointer mode
@@ -482,6 +547,7 @@ impl CudaDevice {
             .map_err(driver("bind the context to this thread"))?;
         Ok(Self {
             permute_kernels: OnceLock::new(),
+            lanes: Default::default(),
             blas,
             blas_device_results,
             stream,

@@ -174,7 +174,7 @@ pub(super) fn int(what: &'static str, value: usize) -> Result<c_int, CudaError> 
     })
 }
 
-fn long(what: &'static str, value: usize) -> Result<c_longlong, CudaError> {
+pub(super) fn long(what: &'static str, value: usize) -> Result<c_longlong, CudaError> {
     c_longlong::try_from(value).map_err(|_| CudaError::TooLarge {
         what,
         value,

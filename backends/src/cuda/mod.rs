@@ -8,7 +8,8 @@
 //! waits both ways, no host wait) and zeroing of matrices ([`CudaDevice::zero`]), and for
 //! `f32` and `f64`:
 //! column-major GEMM and strided-batched GEMM ([`CudaDevice::gemm`],
-//! [`CudaDevice::gemm_strided_batched`]); level-1 cuBLAS on strided vectors
+//! [`CudaDevice::gemm_strided_batched`]), and many of them side by side on side streams
+//! forked from the device's and joined back ([`CudaDevice::gemm_independent`]); level-1 cuBLAS on strided vectors
 //! ([`CudaDevice::axpy`], [`CudaDevice::scal`], [`CudaDevice::nrm2`], [`CudaDevice::dot`], and
 //! [`CudaDevice::nrm2_into`] / [`CudaDevice::dot_into`] that leave the result on the device);
 //! pointer-array GEMM over products at arbitrary offsets in three buffers, of one shape
@@ -69,12 +70,14 @@ mod batched;
 mod blas1;
 mod device;
 mod gemm;
+mod lanes;
 mod permute;
 
 pub use batched::{BatchBuffers, GemmEntry, GemmGroup, may_overlap};
 pub use blas1::{DeviceVec, DeviceVecMut, VecLayout};
 pub use device::{CudaDevice, CudaScalar, DeviceBuffer};
 pub use gemm::{DeviceMat, DeviceMatMut, MatLayout, Op, StridedBatch};
+pub use lanes::{IndependentGemm, LANES};
 pub use permute::{MAX_AXES, PERMUTE_SOURCE, PermuteMove, StridedView};
 
 use crate::cpu::GemmShapeMismatch;
