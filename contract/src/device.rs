@@ -28,8 +28,8 @@ use crate::plan::Plan;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tessera_backends::cuda::{
-    BatchBuffers, CudaScalar, GemmEntry, GemmGroup, IndependentGemm, MatLayout, Op, StridedBatch,
-    probe_grouped,
+    BatchBuffers, CudaScalar, GemmEntry, GemmGroup, IndependentGemm, LANES, MatLayout, Op,
+    StridedBatch, probe_grouped,
 };
 use tessera_blocks::device::enqueue;
 use tessera_blocks::{AbelianSector, BlockStructure, Blocks, DeviceArray};
@@ -211,18 +211,25 @@ pub(crate) enum Launch {
     Grouped(Vec<Batch>),
 }
 
+/// How many small batches may join a layer's large ones on the lanes, a launch each, rather
+/// than share one grouped call (which runs before the lanes start).
+const SHADOWED: usize = 4 * LANES;
+
 /// The layers as launches, in stream order: per layer, its small batches in one grouped
-/// call when `grouped` (cuBLAS has grouped GEMM) and there are several, every other batch
-/// that is unevenly spaced in a pointer-array batch of its own, and the rest (single
-/// products and strided batches) in one independent launch, so that the layer's large
-/// products run side by side. Within a layer the order is free: no two of its calls write
-/// one matrix.
+/// call when `grouped` (cuBLAS has grouped GEMM) and there are several (unless at most
+/// [`SHADOWED`] of them sit beside large ones), every other batch that is unevenly spaced in
+/// a pointer-array batch of its own, and the rest (single products and strided batches) in
+/// one independent launch, so that the layer's products run side by side. Within a layer
+/// the order is free: no two of its calls write one matrix.
 pub(crate) fn launches<T>(layers: Vec<Vec<Batch>>, grouped: bool) -> Vec<Launch> {
     let mut out = Vec::new();
     for layer in layers {
         let (alone, small): (Vec<Batch>, Vec<Batch>) =
             layer.into_iter().partition(launches_alone::<T>);
-        let small = if grouped && small.len() > 1 {
+        // Beside large products on the lanes, a few small ones cost a launch each but run
+        // in their shadow; many go in one grouped call.
+        let shadowed = !alone.is_empty() && small.len() <= SHADOWED;
+        let small = if grouped && small.len() > 1 && !shadowed {
             out.push(Launch::Grouped(small));
             Vec::new()
         } else {
@@ -611,6 +618,30 @@ mod tests {
         assert!(!launches_alone::<f64>(&batch(4, 4, 1 << 16, 1)));
         assert!(!launches_alone::<f32>(&batch(64, 64, 64, 32)));
         assert!(!launches_alone::<f64>(&batch(128, 128, 128, 1)));
+        // A layer of one large product and some small single ones (C apart: distinct
+        // offsets): a few join the large one on the lanes; many share a grouped call.
+        let layer = |small: usize| {
+            let mut l = vec![batch(1024, 1024, 1024, 1)];
+            l.extend((0..small).map(|i| {
+                let mut b = batch(8 + i, 8, 8, 1);
+                b.entries[0].c.offset = (1 << 20) + 1024 * i;
+                b
+            }));
+            l
+        };
+        let kinds = |small: usize| -> Vec<(char, usize)> {
+            launches::<f64>(vec![layer(small)], true)
+                .iter()
+                .map(|l| match l {
+                    Launch::Independent(lones) => ('i', lones.len()),
+                    Launch::Grouped(batches) => ('g', batches.len()),
+                    Launch::Batched(_) => ('b', 1),
+                })
+                .collect()
+        };
+        assert_eq!(kinds(3), [('i', 4)]);
+        assert_eq!(kinds(SHADOWED), [('i', SHADOWED + 1)]);
+        assert_eq!(kinds(SHADOWED + 1), [('g', SHADOWED + 1), ('i', 1)]);
     }
 
     /// Runs everywhere: the lowered calls, evaluated by a reference GEMM on the flat host
