@@ -6,7 +6,8 @@
 //! Flags: `--sectors N`, `--sizes DIST` (`fixed:D`, `uniform:MIN-MAX` drawn per sector from
 //! `--seed`, or `list:D1,D2,...` cycled over the sectors), `--type f32|f64|c32|c64`,
 //! `--backend cpu|cuda`, `--reps N` (timed repetitions; the median is reported),
-//! `--threads T`, `--json FILE` (default `block_gemm.json`). Flops count real arithmetic: a
+//! `--threads T`, `--lanes L` (cuda: side streams for independent GEMMs, default 4),
+//! `--json FILE` (default `block_gemm.json`). Flops count real arithmetic: a
 //! `m x k x n` product is `2 m k n` flops, `8 m k n` for complex types.
 //!
 //! ```sh
@@ -29,7 +30,8 @@ use tessera::prelude::Runtime;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const USAGE: &str = "usage: block_gemm [--sectors N] [--sizes fixed:D|uniform:MIN-MAX|list:D1,D2,..] \
-[--type f32|f64|c32|c64] [--backend cpu|cuda] [--reps N] [--threads T] [--seed S] [--json FILE]";
+[--type f32|f64|c32|c64] [--backend cpu|cuda] [--reps N] [--threads T] [--lanes L] [--seed S] \
+[--json FILE]";
 
 /// What the driver reports instead of running.
 #[derive(Debug)]
@@ -213,10 +215,11 @@ fn measure_cuda<T: Field + tessera::backends::cuda::CudaScalar>(
     runtime: &Runtime,
     dims: &[usize],
     reps: usize,
+    lanes: usize,
 ) -> Result<(Row, Row, String)> {
     use tessera::backends::cuda::{CudaDevice, MatLayout, Op};
     use tessera::blocks::DeviceArray;
-    let dev = Arc::new(CudaDevice::open(0)?);
+    let dev = Arc::new(CudaDevice::open(0)?.with_lanes(lanes));
     let leg = Leg::new(
         Direction::In,
         dims.iter().enumerate().map(|(q, &d)| (U1(q as i32), d)),
@@ -288,6 +291,7 @@ fn run() -> Result<()> {
         "--backend",
         "--reps",
         "--threads",
+        "--lanes",
         "--seed",
         "--json",
     ];
@@ -314,6 +318,8 @@ fn run() -> Result<()> {
         std::thread::available_parallelism()?.get(),
     )?;
     let json_path: String = flag(&args, "--json", "block_gemm.json".to_owned())?;
+    #[cfg(feature = "cuda")]
+    let lanes: usize = flag(&args, "--lanes", tessera::backends::cuda::LANES)?;
     let runtime = Runtime::new(threads)?;
     let unknown_type = || flag_error("--type", format!("unknown type {scalar:?}"));
     let (block, dense, plan) = match (backend.as_str(), scalar.as_str()) {
@@ -323,9 +329,9 @@ fn run() -> Result<()> {
         ("cpu", "c64") => measure::<faer::c64>(&runtime, &dims, reps, threads)?,
         ("cpu", _) => return Err(unknown_type().into()),
         #[cfg(feature = "cuda")]
-        ("cuda", "f32") => measure_cuda::<f32>(&runtime, &dims, reps)?,
+        ("cuda", "f32") => measure_cuda::<f32>(&runtime, &dims, reps, lanes)?,
         #[cfg(feature = "cuda")]
-        ("cuda", "f64") => measure_cuda::<f64>(&runtime, &dims, reps)?,
+        ("cuda", "f64") => measure_cuda::<f64>(&runtime, &dims, reps, lanes)?,
         #[cfg(feature = "cuda")]
         ("cuda", _) => {
             return Err(flag_error("--type", "the cuda backend takes f32 or f64").into());

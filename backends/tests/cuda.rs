@@ -10,7 +10,7 @@
 use tessera_backends::cuda::{
     BatchBuffers, CudaDevice, CudaError, CudaScalar, DeviceBuffer, GemmEntry, GemmGroup,
     IndependentGemm, LANES, MatLayout, Op, PermuteMove, StridedBatch, StridedView, VecLayout,
-    probe, probe_grouped, probe_nvrtc,
+    probe, probe_grouped, probe_nvrtc, skinny_shape,
 };
 
 /// Device 0, or `None` (having said why the test is skipped) when there is no driver or device.
@@ -1065,6 +1065,101 @@ fn independent_gemms_on_lanes_match_the_definition_in_stream_order() {
         run::<f32>(&dev, seed);
         run::<f64>(&dev, seed + 100);
     }
+}
+
+/// Skinny products (at most 16 rows and inner dim against thousands of columns, or the
+/// transpose of that) run through the skinny kernels: they match the definition, on lanes
+/// (one call) and on the device's stream (a call each), beta = 0 never reads C, and the
+/// padding between C's columns is left alone.
+#[test]
+fn skinny_products_match_the_definition() {
+    let Some(dev) = device() else { return };
+    fn run<T: Real>(dev: &CudaDevice, seed: u64) {
+        // (m, n, k, beta)
+        let shapes = [
+            (5, 5000, 3, 0.0),
+            (16, 4100, 16, 0.5),
+            (6000, 7, 4, -1.0),
+            (4097, 16, 16, 0.0),
+            (3, 4096, 0, 2.0),
+        ];
+        let (mut pa, mut pb, mut pc) = (Packer { next: 0 }, Packer { next: 0 }, Packer { next: 0 });
+        let gemms: Vec<IndependentGemm<T>> = (shapes.iter().enumerate())
+            .map(|(i, &(m, n, k, beta))| {
+                assert!(skinny_shape(m, n, k).is_some(), "{m} x {n} x {k}");
+                IndependentGemm {
+                    entry: GemmEntry {
+                        a: pa.place(m, k, 1, i),
+                        b: pb.place(k, n, 2, i),
+                        c: pc.place(m, n, 1, i),
+                    },
+                    batch: StridedBatch {
+                        count: 1,
+                        stride_a: 0,
+                        stride_b: 0,
+                        stride_c: 0,
+                    },
+                    op_a: Op::Identity,
+                    op_b: Op::Identity,
+                    alpha: T::of(1.5),
+                    beta: T::of(beta),
+                }
+            })
+            .collect();
+        let mut rng = Rng(seed);
+        let a: Vec<T> = random(&mut rng, pa.next);
+        let b: Vec<T> = random(&mut rng, pb.next);
+        let mut c: Vec<T> = random(&mut rng, pc.next);
+        for (g, &(.., beta)) in gemms.iter().zip(&shapes) {
+            if beta == 0.0 {
+                let l = g.entry.c;
+                for j in 0..l.cols {
+                    for i in 0..l.rows {
+                        c[l.offset + i + j * l.ld] = T::of(f64::NAN);
+                    }
+                }
+            }
+        }
+        let mut want: Vec<f64> = c.iter().map(|&x| x.to()).collect();
+        for (g, &(.., k, beta)) in gemms.iter().zip(&shapes) {
+            let e = g.entry;
+            reference(
+                &mut want,
+                e.c,
+                beta,
+                &a,
+                e.a,
+                Op::Identity,
+                &b,
+                e.b,
+                Op::Identity,
+                1.5,
+                k,
+            );
+        }
+        let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+        for together in [true, false] {
+            let mut dc = dev.upload(&c).unwrap();
+            let calls: Vec<&[IndependentGemm<T>]> = if together {
+                vec![&gemms]
+            } else {
+                gemms.chunks(1).collect()
+            };
+            for call in calls {
+                let bufs = BatchBuffers {
+                    c: &mut dc,
+                    a: &da,
+                    b: &db,
+                };
+                dev.gemm_independent(bufs, call).unwrap();
+            }
+            let got = dev.download(&dc).unwrap();
+            let what = format!("{} skinny products, together: {together}", T::NAME);
+            assert_close(&got, &want, 16, &what);
+        }
+    }
+    run::<f32>(&dev, 71);
+    run::<f64>(&dev, 171);
 }
 
 #[test]

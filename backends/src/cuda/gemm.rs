@@ -62,7 +62,7 @@ impl MatLayout {
     }
 
     /// The dims of `op(self)`.
-    fn op_dims(&self, op: Op) -> (usize, usize) {
+    pub(super) fn op_dims(&self, op: Op) -> (usize, usize) {
         match op {
             Op::Identity => (self.rows, self.cols),
             Op::Transpose => (self.cols, self.rows),

@@ -24,15 +24,17 @@ use super::batched::{BatchBuffers, GemmEntry, check_disjoint};
 use super::blas1::element;
 use super::device::{CudaDevice, CudaScalar};
 use super::gemm::{self, Op, Operand, StridedBatch};
+use super::skinny::{SkinnyArgs, skinny_shape};
 use super::{CudaError, cublas, driver};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream, DevicePtr, DevicePtrMut};
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// Side streams one call spreads its products over: enough for a few products of a few
-/// hundred rows each to fill an H200's 132 SMs together, few enough that each lane's share
-/// stays worth a launch.
+/// Side streams one call spreads its products over, unless the device was opened with
+/// another count ([`CudaDevice::with_lanes`]): enough for a few products of a few hundred
+/// rows each to fill an H200's 132 SMs together, few enough that each lane's share stays
+/// worth a launch.
 pub const LANES: usize = 4;
 
 /// One side stream and a cuBLAS handle bound to it (field order is drop order: the handle
@@ -45,9 +47,20 @@ struct Lane {
 }
 
 /// A device's lanes and the event its stream records at a fork, made on first use.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LaneSet {
+    /// How many lanes to make; 1 or less: none (every product on the device's stream).
+    count: usize,
     inner: Mutex<Option<(CudaEvent, Vec<Lane>)>>,
+}
+
+impl Default for LaneSet {
+    fn default() -> Self {
+        Self {
+            count: LANES,
+            inner: Mutex::new(None),
+        }
+    }
 }
 
 /// One product, or a uniform strided batch of them, of a [`CudaDevice::gemm_independent`]
@@ -75,7 +88,11 @@ struct Checked<T> {
     offsets: [usize; 3],
     strides: [i64; 3],
     count: i32,
-    flops: u128,
+    /// Its cost in flops, or in bytes moved (times 16, about an H200's FP64 flops per byte
+    /// of bandwidth) where that is more.
+    cost: u128,
+    /// `Some(wide)`: a skinny product ([`skinny_shape`]), for the skinny kernels.
+    skinny: Option<bool>,
 }
 
 /// Checks every product of a call against the buffers' lengths and that no two C matrices
@@ -108,6 +125,11 @@ fn check_all<T: Copy>(
         }));
         let stride = |what, s| gemm::long(what, s);
         let cfg = c.cfg;
+        let (m, n, k) = (g.entry.c.rows, g.entry.c.cols, g.entry.a.op_dims(g.op_a).1);
+        let count = g.batch.count as u128;
+        let flops = 2 * (m * n * k) as u128 * count;
+        let bytes = (m * k + k * n + m * n) as u128 * count * size_of::<T>() as u128;
+        let plain = g.batch.count == 1 && g.op_a == Op::Identity && g.op_b == Op::Identity;
         checked.push(Checked {
             offsets: [g.entry.a.offset, g.entry.b.offset, g.entry.c.offset],
             strides: [
@@ -116,12 +138,8 @@ fn check_all<T: Copy>(
                 stride("C's batch stride", g.batch.stride_c)?,
             ],
             count: gemm::int("the batch count", g.batch.count)?,
-            flops: 2
-                * [cfg.m, cfg.n, cfg.k]
-                    .iter()
-                    .map(|&d| d as u128)
-                    .product::<u128>()
-                * g.batch.count as u128,
+            cost: flops.max(16 * bytes),
+            skinny: plain.then(|| skinny_shape(m, n, k)).flatten(),
             cfg,
         });
     }
@@ -129,16 +147,16 @@ fn check_all<T: Copy>(
     Ok(checked)
 }
 
-/// Which lane each product goes to: the largest first, each to the lane with the least work
-/// so far, so the lanes finish close together.
-fn assign(flops: &[u128], lanes: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..flops.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(flops[i]));
+/// Which lane each product goes to: the costliest first, each to the lane with the least
+/// work so far, so the lanes finish close together.
+fn assign(costs: &[u128], lanes: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..costs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(costs[i]));
     let mut load = vec![0_u128; lanes];
-    let mut lane_of = vec![0; flops.len()];
+    let mut lane_of = vec![0; costs.len()];
     for i in order {
         let lane = (0..lanes).min_by_key(|&l| load[l]).unwrap_or(0);
-        load[lane] += flops[i];
+        load[lane] += costs[i];
         lane_of[i] = lane;
     }
     lane_of
@@ -175,9 +193,32 @@ impl CudaDevice {
         let (a_base, _a_read) = bufs.a.as_cuda_slice().device_ptr(stream);
         let (b_base, _b_read) = bufs.b.as_cuda_slice().device_ptr(stream);
         let (c_base, _c_write) = bufs.c.as_cuda_slice_mut().device_ptr_mut(stream);
-        let launch = |handle, g: &Checked<T>| {
+        // The skinny kernels, where a product is skinny and NVRTC loads (else cuBLAS).
+        let kernels = (checked.iter().any(|g| g.skinny.is_some()))
+            .then(|| self.skinny_kernels().ok())
+            .flatten();
+        let launch = |handle, on: &CudaStream, g: &Checked<T>| {
             let [oa, ob, oc] = g.offsets;
             let cfg = &g.cfg;
+            if let (Some(wide), Some(kernels)) = (g.skinny, kernels.as_deref()) {
+                let args = SkinnyArgs {
+                    a: element::<T>(a_base, oa),
+                    lda: cfg.lda,
+                    b: element::<T>(b_base, ob),
+                    ldb: cfg.ldb,
+                    c: element::<T>(c_base, oc),
+                    ldc: cfg.ldc,
+                    m: cfg.m,
+                    n: cfg.n,
+                    k: cfg.k,
+                    alpha: cfg.alpha,
+                    beta: cfg.beta,
+                    wide,
+                };
+                // SAFETY: as for cuBLAS below; `skinny_shape` accepted the dims (one
+                // untransposed product), and `on` is this device's stream or a lane of it.
+                return unsafe { self.launch_skinny(on, kernels, args) };
+            }
             // SAFETY: `check_all` put every batch member of A, B and C inside its buffer
             // (leading dims at least the rows), kept all C matrices of the call apart, and
             // fitted every size to cuBLAS's integers; the buffers are on this device, whose
@@ -211,8 +252,13 @@ impl CudaDevice {
             .result()
             .map_err(cublas("run an independent GEMM"))
         };
-        if let [one] = checked.as_slice() {
-            return launch(*self.blas.handle(), one);
+        // Costliest first: each lane starts on its largest product, so the lanes end close
+        // together (their shares are balanced by `assign`).
+        let mut checked = checked;
+        checked.sort_by_key(|g| std::cmp::Reverse(g.cost));
+        if checked.len() == 1 || self.lanes.count <= 1 {
+            let handle = *self.blas.handle();
+            return checked.iter().try_for_each(|g| launch(handle, stream, g));
         }
         let mut guard = self
             .lanes
@@ -224,8 +270,8 @@ impl CudaDevice {
         }
         let (fork, lanes) = guard.as_ref().expect("made above");
         let used = lanes.len().min(checked.len());
-        let flops: Vec<u128> = checked.iter().map(|g| g.flops).collect();
-        let lane_of = assign(&flops, used);
+        let costs: Vec<u128> = checked.iter().map(|g| g.cost).collect();
+        let lane_of = assign(&costs, used);
         fork.record(stream).map_err(driver("record a fork"))?;
         let mut result = Ok(());
         let mut waited = 0;
@@ -240,7 +286,7 @@ impl CudaDevice {
         }
         if result.is_ok() {
             for (g, &l) in checked.iter().zip(&lane_of) {
-                result = launch(*lanes[l].blas.handle(), g);
+                result = launch(*lanes[l].blas.handle(), &lanes[l].stream, g);
                 if result.is_err() {
                     break;
                 }
@@ -260,15 +306,23 @@ impl CudaDevice {
         result
     }
 
-    /// The fork event and the lanes: [`LANES`] side streams of this device, each with a
-    /// cuBLAS handle (host pointer mode, the default) and a join event.
+    /// This device with `lanes` side streams for [`gemm_independent`](Self::gemm_independent)
+    /// instead of [`LANES`] (1 or 0: none, every product on the device's stream). For
+    /// measuring; the default suits current GPUs.
+    pub fn with_lanes(mut self, lanes: usize) -> Self {
+        self.lanes.count = lanes;
+        self
+    }
+
+    /// The fork event and the lanes: as many side streams of this device as the set's count,
+    /// each with a cuBLAS handle (host pointer mode, the default) and a join event.
     fn make_lanes(&self) -> Result<(CudaEvent, Vec<Lane>), CudaError> {
         let flags = Some(CUevent_flags::CU_EVENT_DISABLE_TIMING);
         let ctx = self.context();
         let fork = ctx
             .new_event(flags)
             .map_err(driver("create a fork event"))?;
-        let lanes = (0..LANES)
+        let lanes = (0..self.lanes.count)
             .map(|_| {
                 let stream = ctx.new_stream().map_err(driver("create a lane"))?;
                 Ok(Lane {
@@ -332,7 +386,25 @@ mod tests {
         let checked = check_all(lens, &ok).unwrap();
         assert_eq!(checked.len(), 2);
         assert_eq!(checked[0].count, 2);
-        assert_eq!(checked[0].flops, 2 * 64 * 2);
+        // 2 x 128 flops, 2 x 384 bytes (48 elements of 8 bytes): the bytes count.
+        assert_eq!(checked[0].cost, 16 * 768);
+        assert_eq!(checked[0].skinny, None);
+        // A wide product: 4 rows, 4 inner, 8192 columns; not when transposed or batched.
+        let wide = |op_b, count| IndependentGemm {
+            op_b,
+            batch: StridedBatch {
+                count,
+                ..product(0, 4, 8192, 4, 1).batch
+            },
+            ..product(0, 4, 8192, 4, 1)
+        };
+        let wide_lens = [16, 4 * 8192, 2 * 4 * 8192];
+        let skinny = |g| check_all(wide_lens, &[g]).unwrap()[0].skinny;
+        assert_eq!(skinny(wide(Op::Identity, 1)), Some(true));
+        let mut transposed = wide(Op::Transpose, 1);
+        transposed.entry.b = MatLayout::contiguous(8192, 4);
+        assert_eq!(skinny(transposed), None);
+        assert_eq!(skinny(wide(Op::Identity, 2)), None);
         assert_eq!(checked[1].offsets, [0, 0, 32]);
         // The batch's second C reaches the other product's C.
         let clash = [product(0, 4, 4, 4, 2), product(16, 4, 4, 4, 1)];

@@ -72,6 +72,7 @@ mod device;
 mod gemm;
 mod lanes;
 mod permute;
+mod skinny;
 
 pub use batched::{BatchBuffers, GemmEntry, GemmGroup, may_overlap};
 pub use blas1::{DeviceVec, DeviceVecMut, VecLayout};
@@ -79,6 +80,7 @@ pub use device::{CudaDevice, CudaScalar, DeviceBuffer};
 pub use gemm::{DeviceMat, DeviceMatMut, MatLayout, Op, StridedBatch};
 pub use lanes::{IndependentGemm, LANES};
 pub use permute::{MAX_AXES, PERMUTE_SOURCE, PermuteMove, StridedView};
+pub use skinny::{SKINNY_MAX, SKINNY_SOURCE, skinny_shape};
 
 use crate::cpu::GemmShapeMismatch;
 use cudarc::cublas::result::CublasError;
@@ -325,6 +327,8 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuEventRecord",
     "cuEventSynchronize",
     "cuEventDestroy_v2",
+    "cuDeviceGetDefaultMemPool",
+    "cuMemPoolSetAttribute",
     "cuMemAllocAsync",
     "cuMemAlloc_v2",
     "cuMemFreeAsync",
@@ -512,6 +516,24 @@ fn probe_nvrtc_uncached() -> Result<(), CudaError> {
 pub fn probe_nvrtc() -> Result<(), CudaError> {
     static NVRTC: OnceLock<Result<(), CudaError>> = OnceLock::new();
     NVRTC.get_or_init(probe_nvrtc_uncached).clone()
+}
+
+/// `source` compiled to PTX by NVRTC (after [`probe_nvrtc`]), its log in the error when it
+/// does not compile.
+pub(crate) fn compile_ptx(name: &str, source: &str) -> Result<cudarc::nvrtc::Ptx, CudaError> {
+    probe_nvrtc()?;
+    let opts = cudarc::nvrtc::CompileOptions {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| CudaError::Nvrtc {
+        message: match e {
+            cudarc::nvrtc::CompileError::CompileError { nvrtc, log, .. } => {
+                format!("{nvrtc}: {}", log.to_string_lossy())
+            }
+            other => other.to_string(),
+        },
+    })
 }
 
 /// [`probe_driver`], then [`probe_cublas`]: whether this backend can make any call at all.

@@ -48,25 +48,41 @@ struct TesseraPermute {
     long long dst_rows;
     long long dst_ld;
     int rank;
-    int pad;
+    int narrow;  // 1: every index of the copy fits 32 bits (cheaper division)
 };
 static_assert(sizeof(TesseraPermute) == 168, "the host's PermuteParams is 168 bytes");
+
+// Index arithmetic in I: unsigned 32-bit when the copy's indices fit (its divisions cost a
+// fraction of 64-bit ones, which bound the kernel's bandwidth), else 64-bit.
+template <typename T, typename I>
+__device__ __forceinline__ void tessera_permute_at(const T* __restrict__ src,
+                                                   T* __restrict__ dst,
+                                                   const TesseraPermute& p,
+                                                   const I i, const int negate) {
+    I rem = i;
+    long long at = p.offset;
+    for (int d = 0; d < p.rank; ++d) {
+        const I dim = (I)p.dims[d];
+        const I q = rem / dim;
+        at += (long long)(rem - q * dim) * p.strides[d];
+        rem = q;
+    }
+    const T v = src[at];
+    const I rows = (I)p.dst_rows;
+    const I col = i / rows;
+    dst[p.dst_offset + (long long)(i - col * rows) + (long long)col * p.dst_ld] = negate ? -v : v;
+}
 
 template <typename T>
 __device__ __forceinline__ void tessera_permute_element(const T* __restrict__ src,
                                                         T* __restrict__ dst,
                                                         const TesseraPermute& p,
                                                         const long long i, const int negate) {
-    long long rem = i;
-    long long at = p.offset;
-    for (int d = 0; d < p.rank; ++d) {
-        const long long q = rem / p.dims[d];
-        at += (rem - q * p.dims[d]) * p.strides[d];
-        rem = q;
+    if (p.narrow) {
+        tessera_permute_at<T, unsigned int>(src, dst, p, (unsigned int)i, negate);
+    } else {
+        tessera_permute_at<T, long long>(src, dst, p, i, negate);
     }
-    const T v = src[at];
-    const long long col = i / p.dst_rows;
-    dst[p.dst_offset + (i - col * p.dst_rows) + col * p.dst_ld] = negate ? -v : v;
 }
 
 template <typename T>
@@ -136,7 +152,8 @@ pub(crate) struct PermuteParams {
     pub(crate) dst_rows: i64,
     pub(crate) dst_ld: i64,
     pub(crate) rank: i32,
-    pub(crate) pad: i32,
+    /// 1 when every index of the copy (its element count) fits 32 bits.
+    pub(crate) narrow: i32,
 }
 
 // SAFETY: `PermuteParams` is `repr(C)` of plain integers with no padding (8 + 8 + 4 eight-byte
@@ -354,7 +371,7 @@ pub(crate) fn check(device: usize, a: PermuteArgs<'_>) -> Result<(PermuteParams,
         dst_rows: long("the destination's rows", a.dst.rows.max(1))?,
         dst_ld: long("the destination's leading dim", a.dst.ld)?,
         rank: a.dims.len() as i32,
-        pad: 0,
+        narrow: i32::from(u32::try_from(n).is_ok()),
     };
     if n == 0 {
         return Ok((params, 0));
@@ -393,22 +410,8 @@ pub(crate) struct PermuteKernels {
 /// The kernel source compiled to PTX, once per process.
 fn ptx() -> Result<Ptx, CudaError> {
     static PTX: OnceLock<Result<Ptx, CudaError>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        super::probe_nvrtc()?;
-        let opts = cudarc::nvrtc::CompileOptions {
-            name: Some("tessera_permute.cu".into()),
-            ..Default::default()
-        };
-        cudarc::nvrtc::compile_ptx_with_opts(PERMUTE_SOURCE, opts).map_err(|e| CudaError::Nvrtc {
-            message: match e {
-                cudarc::nvrtc::CompileError::CompileError { nvrtc, log, .. } => {
-                    format!("{nvrtc}: {}", log.to_string_lossy())
-                }
-                other => other.to_string(),
-            },
-        })
-    })
-    .clone()
+    PTX.get_or_init(|| super::compile_ptx("tessera_permute.cu", PERMUTE_SOURCE))
+        .clone()
 }
 
 impl CudaDevice {
@@ -619,7 +622,7 @@ mod tests {
         let (dims, strides) = ([5, 3, 4], [12, 1, 3]);
         let (p, n) = check(0, args(&dims, &strides)).unwrap();
         assert_eq!(n, 60);
-        assert_eq!((p.rank, p.offset), (3, 0));
+        assert_eq!((p.rank, p.offset, p.narrow), (3, 0, 1));
         assert_eq!(p.dims, [5, 3, 4, 1, 1, 1, 1, 1]);
         assert_eq!(p.strides, [12, 1, 3, 0, 0, 0, 0, 0]);
         // One element short of the source, and of the destination.
