@@ -85,7 +85,7 @@ pub use skinny::{SKINNY_MAX, SKINNY_SOURCE, skinny_shape};
 use crate::cpu::GemmShapeMismatch;
 use cudarc::cublas::result::CublasError;
 use cudarc::driver::DriverError;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The CUDA version cudarc's bindings were generated for (its `cuda-13000` feature).
 pub const BINDINGS_CUDA_VERSION: &str = "13.0";
@@ -534,6 +534,29 @@ pub(crate) fn compile_ptx(name: &str, source: &str) -> Result<cudarc::nvrtc::Ptx
             other => other.to_string(),
         },
     })
+}
+
+/// The functions `names` of `ptx`, loaded as a module into `ctx` (a kernel module of this
+/// backend: it lives as long as the functions).
+pub(crate) fn load_kernels<const N: usize>(
+    ctx: &Arc<cudarc::driver::CudaContext>,
+    ptx: cudarc::nvrtc::Ptx,
+    names: [&str; N],
+) -> Result<[cudarc::driver::CudaFunction; N], CudaError> {
+    let module = ctx
+        .load_module(ptx)
+        .map_err(driver("load a kernel module"))?;
+    let mut functions = Vec::with_capacity(N);
+    for name in names {
+        functions.push(
+            module
+                .load_function(name)
+                .map_err(driver("find a kernel in its module"))?,
+        );
+    }
+    Ok(functions
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("{N} names, {N} functions")))
 }
 
 /// [`probe_driver`], then [`probe_cublas`]: whether this backend can make any call at all.

@@ -420,22 +420,19 @@ impl CudaDevice {
     fn permute_kernels(&self) -> Result<Arc<PermuteKernels>, CudaError> {
         self.permute_kernels
             .get_or_init(|| {
-                let ptx = ptx()?;
-                let module = self
-                    .context()
-                    .load_module(ptx)
-                    .map_err(driver("load the permute kernels' module"))?;
-                let load = |name| {
-                    module
-                        .load_function(name)
-                        .map_err(driver("find a permute kernel in its module"))
-                };
-                Ok(Arc::new(PermuteKernels {
-                    functions: [load("tessera_permute_f32")?, load("tessera_permute_f64")?],
-                    chunked: [
-                        load("tessera_permute_chunks_f32")?,
-                        load("tessera_permute_chunks_f64")?,
+                let [f32_one, f64_one, f32_chunks, f64_chunks] = super::load_kernels(
+                    self.context(),
+                    ptx()?,
+                    [
+                        "tessera_permute_f32",
+                        "tessera_permute_f64",
+                        "tessera_permute_chunks_f32",
+                        "tessera_permute_chunks_f64",
                     ],
+                )?;
+                Ok(Arc::new(PermuteKernels {
+                    functions: [f32_one, f64_one],
+                    chunked: [f32_chunks, f64_chunks],
                 }))
             })
             .clone()

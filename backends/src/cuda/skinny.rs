@@ -201,18 +201,19 @@ impl CudaDevice {
     pub(crate) fn skinny_kernels(&self) -> Result<Arc<SkinnyKernels>, CudaError> {
         self.skinny_kernels
             .get_or_init(|| {
-                let module = self
-                    .context()
-                    .load_module(ptx()?)
-                    .map_err(driver("load the skinny kernels' module"))?;
-                let load = |name| {
-                    module
-                        .load_function(name)
-                        .map_err(driver("find a skinny kernel in its module"))
-                };
+                let [wide_f32, wide_f64, tall_f32, tall_f64] = super::load_kernels(
+                    self.context(),
+                    ptx()?,
+                    [
+                        "tessera_wide_f32",
+                        "tessera_wide_f64",
+                        "tessera_tall_f32",
+                        "tessera_tall_f64",
+                    ],
+                )?;
                 Ok(Arc::new(SkinnyKernels {
-                    wide: [load("tessera_wide_f32")?, load("tessera_wide_f64")?],
-                    tall: [load("tessera_tall_f32")?, load("tessera_tall_f64")?],
+                    wide: [wide_f32, wide_f64],
+                    tall: [tall_f32, tall_f64],
                 }))
             })
             .clone()
