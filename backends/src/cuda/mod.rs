@@ -3,7 +3,7 @@
 //! Owns: the probe of the CUDA driver and cuBLAS libraries ([`probe`]), the typed
 //! [`CudaError`], the per-device handle [`CudaDevice`] (context, one stream, two cuBLAS handles
 //! on it: one in host pointer mode, one in device pointer mode for results left on the
-//! device), device buffers ([`DeviceBuffer`]) with host/device copies (whole buffers or
+//! device; and side streams that one call forks from the stream and joins back into it), device buffers ([`DeviceBuffer`]) with host/device copies (whole buffers or
 //! ranges), stream-ordered copies between devices ([`CudaDevice::copy_from_device`], event
 //! waits both ways, no host wait) and zeroing of matrices ([`CudaDevice::zero`]), and for
 //! `f32` and `f64`:
@@ -19,7 +19,9 @@
 //! column-major destination matrices (a contiguous run, or a block of a larger matrix) with an
 //! optional sign flip ([`CudaDevice::permute_copy`]), a kernel
 //! compiled at run time with NVRTC (probed apart by [`probe_nvrtc`]: without libnvrtc only the
-//! permutes fail, with a typed [`CudaError::Unavailable`]).
+//! permutes fail, with a typed [`CudaError::Unavailable`]); and skinny products (two dims of
+//! a few, the third long: [`skinny_shape`]), which [`CudaDevice::gemm_independent`] runs
+//! through NVRTC kernels of their own where NVRTC loads, else through cuBLAS.
 //!
 //! Invariant: no cudarc call is made before [`probe`] has seen both shared libraries load and
 //! export every symbol this module reaches (cudarc panics on a missing library or symbol, so
