@@ -963,12 +963,7 @@ fn independent_gemms_on_lanes_match_the_definition_in_stream_order() {
             .flat_map(|(s, entries)| {
                 entries.iter().map(move |&entry| IndependentGemm {
                     entry,
-                    batch: StridedBatch {
-                        count: 1,
-                        stride_a: 0,
-                        stride_b: 0,
-                        stride_c: 0,
-                    },
+                    batch: StridedBatch::ONE,
                     op_a: s.op_a,
                     op_b: s.op_b,
                     alpha: T::of(s.alpha),
@@ -1093,12 +1088,7 @@ fn skinny_products_match_the_definition() {
                         b: pb.place(k, n, 2, i),
                         c: pc.place(m, n, 1, i),
                     },
-                    batch: StridedBatch {
-                        count: 1,
-                        stride_a: 0,
-                        stride_b: 0,
-                        stride_c: 0,
-                    },
+                    batch: StridedBatch::ONE,
                     op_a: Op::Identity,
                     op_b: Op::Identity,
                     alpha: T::of(1.5),

@@ -237,17 +237,11 @@ pub(crate) fn launches<T>(layers: Vec<Vec<Batch>>, grouped: bool) -> Vec<Launch>
         let mut lones = Vec::new();
         for batch in alone.into_iter().chain(small) {
             let first = batch.first;
-            let one = StridedBatch {
-                count: 1,
-                stride_a: 0,
-                stride_b: 0,
-                stride_c: 0,
-            };
             match (batch.entries.as_slice(), as_strided(&batch.entries)) {
                 ([entry], _) => lones.push(Lone {
                     first,
                     entry: *entry,
-                    strided: one,
+                    strided: StridedBatch::ONE,
                 }),
                 ([entry, ..], Some(strided)) => lones.push(Lone {
                     first,

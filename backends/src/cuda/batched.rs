@@ -89,13 +89,6 @@ pub(crate) struct GroupShape<T> {
     pub(crate) empty: bool,
 }
 
-const ONE: StridedBatch = StridedBatch {
-    count: 1,
-    stride_a: 0,
-    stride_b: 0,
-    stride_c: 0,
-};
-
 fn dims(l: &MatLayout) -> [usize; 3] {
     [l.rows, l.cols, l.ld]
 }
@@ -128,7 +121,7 @@ pub(crate) fn check_group<T: Copy>(
     };
     let check_entry = |e: &GemmEntry| {
         gemm::check(
-            ONE,
+            StridedBatch::ONE,
             Operand {
                 layout: e.c,
                 op: Op::Identity,
@@ -264,7 +257,10 @@ pub(crate) fn pointer_arrays<T>(
 }
 
 impl CudaDevice {
-    fn check_batch_devices<T>(&self, bufs: &BatchBuffers<'_, T>) -> Result<(), CudaError> {
+    pub(super) fn check_batch_devices<T>(
+        &self,
+        bufs: &BatchBuffers<'_, T>,
+    ) -> Result<(), CudaError> {
         self.check_device("C", bufs.c)?;
         self.check_device("A", bufs.a)?;
         self.check_device("B", bufs.b)

@@ -166,6 +166,16 @@ pub struct StridedBatch {
     pub stride_c: usize,
 }
 
+impl StridedBatch {
+    /// One product: a batch of one, no strides.
+    pub const ONE: Self = Self {
+        count: 1,
+        stride_a: 0,
+        stride_b: 0,
+        stride_c: 0,
+    };
+}
+
 pub(super) fn int(what: &'static str, value: usize) -> Result<c_int, CudaError> {
     c_int::try_from(value).map_err(|_| CudaError::TooLarge {
         what,
@@ -320,15 +330,9 @@ impl CudaDevice {
         op_b: Op,
         alpha: T,
     ) -> Result<(), CudaError> {
-        let single = StridedBatch {
-            count: 1,
-            stride_a: 0,
-            stride_b: 0,
-            stride_c: 0,
-        };
         self.check_devices(&c, &a, &b)?;
         let checked = check(
-            single,
+            StridedBatch::ONE,
             c.operand(),
             beta,
             a.operand(op_a),
@@ -506,12 +510,7 @@ mod tests {
         }
     }
 
-    const ONE: StridedBatch = StridedBatch {
-        count: 1,
-        stride_a: 0,
-        stride_b: 0,
-        stride_c: 0,
-    };
+    const ONE: StridedBatch = StridedBatch::ONE;
 
     /// Runs everywhere: what a GEMM call checks before it reaches cuBLAS.
     #[test]

@@ -181,9 +181,7 @@ impl CudaDevice {
         bufs: BatchBuffers<'_, T>,
         gemms: &[IndependentGemm<T>],
     ) -> Result<(), CudaError> {
-        self.check_device("C", bufs.c)?;
-        self.check_device("A", bufs.a)?;
-        self.check_device("B", bufs.b)?;
+        self.check_batch_devices(&bufs)?;
         let checked = check_all([bufs.a.len(), bufs.b.len(), bufs.c.len()], gemms)?;
         if checked.is_empty() {
             return Ok(());
@@ -203,16 +201,9 @@ impl CudaDevice {
             if let (Some(wide), Some(kernels)) = (g.skinny, kernels.as_deref()) {
                 let args = SkinnyArgs {
                     a: element::<T>(a_base, oa),
-                    lda: cfg.lda,
                     b: element::<T>(b_base, ob),
-                    ldb: cfg.ldb,
                     c: element::<T>(c_base, oc),
-                    ldc: cfg.ldc,
-                    m: cfg.m,
-                    n: cfg.n,
-                    k: cfg.k,
-                    alpha: cfg.alpha,
-                    beta: cfg.beta,
+                    cfg,
                     wide,
                 };
                 // SAFETY: as for cuBLAS below; `skinny_shape` accepted the dims (one

@@ -14,10 +14,10 @@
 
 use super::device::{CudaDevice, CudaScalar};
 use super::{CudaError, driver};
+use cudarc::cublas::GemmConfig;
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use std::ffi::c_int;
 use std::sync::{Arc, OnceLock};
 
 /// The largest small dimension of a skinny product (the kernels take up to 16). Measured on
@@ -177,21 +177,15 @@ fn ptx() -> Result<Ptx, CudaError> {
         .clone()
 }
 
-/// One skinny product's arguments: device pointers to the first element of A, B and C, the
-/// leading dims and dims as cuBLAS takes them, and whether it is wide.
+/// One skinny product's arguments: device pointers to the first element of A, B and C, its
+/// checked cuBLAS configuration (dims, leading dims, scalars; no transposes), and whether it
+/// is wide.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SkinnyArgs<T> {
+pub(crate) struct SkinnyArgs<'a, T> {
     pub(crate) a: CUdeviceptr,
-    pub(crate) lda: c_int,
     pub(crate) b: CUdeviceptr,
-    pub(crate) ldb: c_int,
     pub(crate) c: CUdeviceptr,
-    pub(crate) ldc: c_int,
-    pub(crate) m: c_int,
-    pub(crate) n: c_int,
-    pub(crate) k: c_int,
-    pub(crate) alpha: T,
-    pub(crate) beta: T,
+    pub(crate) cfg: &'a GemmConfig<T>,
     pub(crate) wide: bool,
 }
 
@@ -231,9 +225,10 @@ impl CudaDevice {
         &self,
         stream: &CudaStream,
         kernels: &SkinnyKernels,
-        args: SkinnyArgs<T>,
+        args: SkinnyArgs<'_, T>,
     ) -> Result<(), CudaError> {
-        let long = if args.wide { args.n } else { args.m } as u32;
+        let gemm = args.cfg;
+        let long = if args.wide { gemm.n } else { gemm.m } as u32;
         let blocks = long.div_ceil(THREADS).clamp(1, MAX_BLOCKS);
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
@@ -241,9 +236,9 @@ impl CudaDevice {
             shared_mem_bytes: 0,
         };
         let (lda, ldb, ldc) = (
-            i64::from(args.lda),
-            i64::from(args.ldb),
-            i64::from(args.ldc),
+            i64::from(gemm.lda),
+            i64::from(gemm.ldb),
+            i64::from(gemm.ldc),
         );
         let function = if args.wide {
             &kernels.wide[T::KERNEL]
@@ -258,15 +253,16 @@ impl CudaDevice {
             .arg(&ldb)
             .arg(&args.c)
             .arg(&ldc)
-            .arg(&args.m)
-            .arg(&args.n)
-            .arg(&args.k)
-            .arg(&args.alpha)
-            .arg(&args.beta);
+            .arg(&gemm.m)
+            .arg(&gemm.n)
+            .arg(&gemm.k)
+            .arg(&gemm.alpha)
+            .arg(&gemm.beta);
         // SAFETY: the arguments match both kernels' signature in order and type (device
-        // pointers as 64-bit values, 64-bit leading dims, three ints, two scalars of `T`). The caller's contract puts every element the kernel reads or writes inside
-        // live allocations of this device, C apart from A and B, and the small dims within
-        // the kernel's shared array; the module lives in `kernels`.
+        // pointers as 64-bit values, 64-bit leading dims, three ints, two scalars of `T`).
+        // The caller's contract puts every element the kernel reads or writes inside live
+        // allocations of this device, C apart from A and B, and the small dims within the
+        // kernel's shared array; the module lives in `kernels`.
         unsafe { launch.launch(cfg) }
             .map(|_| ())
             .map_err(driver("launch a skinny GEMM kernel"))
