@@ -24,7 +24,7 @@ use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
 use tessera_backends::cpu;
-use tessera_core::{Alias, Async, CopyPlan, KernelError, Stores, schedule_named};
+use tessera_core::{Alias, Async, CopyPlan, KernelError, Stores, schedule_sequential_named};
 
 /// The blocks an operation touches.
 #[derive(Clone, Copy, Debug)]
@@ -233,7 +233,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     pub fn scale(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
         let ids = blocks.resolve(self.num_blocks())?;
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
-            schedule_named("blocks.scale", self.writes(run, false), move |ys| {
+            schedule_sequential_named("blocks.scale", self.writes(run, false), move |ys| {
                 for mut y in ys {
                     cpu::scale(&mut y, alpha);
                 }
@@ -257,7 +257,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let ids = blocks.resolve(self.num_blocks())?;
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let access = (x.reads(run), self.writes(run, false));
-            schedule_named("blocks.axpy", access, move |(xs, ys)| {
+            schedule_sequential_named("blocks.axpy", access, move |(xs, ys)| {
                 for (x, mut y) in xs.into_iter().zip(ys) {
                     cpu::axpy(alpha, &x, &mut y).map_err(kernel_error)?;
                 }
@@ -290,7 +290,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         for run in &self.pieces(&ids, all) {
             let (xs, ys) = (self.reads(run), out.writes(run, true));
             match other {
-                None => schedule_named("blocks.copy", (xs, ys), move |(xs, ys)| {
+                None => schedule_sequential_named("blocks.copy", (xs, ys), move |(xs, ys)| {
                     for (x, mut y) in xs.into_iter().zip(ys) {
                         cpu::copy_scaled(alpha, &x, conj, T::ZERO, &mut y).map_err(kernel_error)?;
                     }
@@ -298,7 +298,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                 })?,
                 Some((beta, o)) => {
                     let access = (xs, o.reads(run), ys);
-                    schedule_named("blocks.add", access, move |(xs, zs, ys)| {
+                    schedule_sequential_named("blocks.add", access, move |(xs, zs, ys)| {
                         for ((x, z), mut y) in xs.into_iter().zip(zs).zip(ys) {
                             cpu::copy_scaled(beta, &z, false, T::ZERO, &mut y)
                                 .map_err(kernel_error)?;
@@ -343,7 +343,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let ids = blocks.resolve(self.num_blocks())?;
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let access = (src.reads(run), self.writes(run, true));
-            schedule_named("blocks.copy", access, |(xs, ys)| {
+            schedule_sequential_named("blocks.copy", access, |(xs, ys)| {
                 for (x, mut y) in xs.into_iter().zip(ys) {
                     cpu::copy_scaled(T::ONE, &x, false, T::ZERO, &mut y).map_err(kernel_error)?;
                 }
@@ -360,7 +360,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ) -> Result<Async<R>, Error> {
         let out = Async::new(R::ZERO);
         let reads: Vec<_> = parts.iter().map(Async::read).collect();
-        schedule_named(
+        schedule_sequential_named(
             "blocks.reduce",
             (reads, out.overwrite()),
             move |(parts, out)| {
@@ -381,7 +381,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let mut parts = Vec::new();
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let part = Async::new(T::Real::ZERO);
-            schedule_named(
+            schedule_sequential_named(
                 "blocks.norm",
                 (self.reads(run), part.overwrite()),
                 |(xs, p)| {
@@ -405,7 +405,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let part = Async::new(T::ZERO);
             let access = (self.reads(run), other.reads(run), part.overwrite());
-            schedule_named("blocks.inner", access, |(xs, ys, p)| {
+            schedule_sequential_named("blocks.inner", access, |(xs, ys, p)| {
                 let mut acc = T::ZERO;
                 for (x, y) in xs.iter().zip(&ys) {
                     acc += cpu::dot(x, y).map_err(kernel_error)?;
@@ -560,7 +560,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             let group = std::mem::take(group);
             let (perm, plans) = (Arc::clone(&perm), plans.clone());
             let structures = (Arc::clone(self.structure()), Arc::clone(out.structure()));
-            schedule_named("blocks.permute", (reads, writes), move |(xs, mut ys)| {
+            schedule_sequential_named("blocks.permute", (reads, writes), move |(xs, mut ys)| {
                 if let Some(plans) = &plans {
                     let (from, to) = &structures;
                     for (k, &(i, j, negate)) in group.iter().enumerate() {

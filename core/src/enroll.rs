@@ -14,8 +14,10 @@ use crate::primitive::Arc;
 use crate::task::TaskNode;
 use smallvec::SmallVec;
 
-/// Enrolls `node` on every record of a normalised `list`.
-pub(crate) fn enroll(node: &Arc<TaskNode>, list: &AccessList) {
+/// Enrolls `node` on every record of a normalised `list`; returns its most recent distinct
+/// predecessors (at most [`RecentEdges`]' window: a host wait claims queued work among
+/// them).
+pub(crate) fn enroll(node: &Arc<TaskNode>, list: &AccessList) -> RecentEdges {
     debug_assert!(
         list.items
             .windows(2)
@@ -28,7 +30,7 @@ pub(crate) fn enroll(node: &Arc<TaskNode>, list: &AccessList) {
             .table
             .lock()
             .enroll(&item.span.range, node, item.mode, &mut last);
-        return;
+        return last;
     }
     // One guard per table; a table's spans are neighbours in a normalised list.
     let mut guards: SmallVec<[_; 4]> = SmallVec::new();
@@ -43,4 +45,5 @@ pub(crate) fn enroll(node: &Arc<TaskNode>, list: &AccessList) {
     for (item, &g) in list.items.iter().zip(&table_of) {
         guards[g].enroll(&item.span.range, node, item.mode, &mut last);
     }
+    last
 }

@@ -299,6 +299,11 @@ pub(crate) struct RecentEdges(SmallVec<[Arc<TaskNode>; RECENT_EDGES]>);
 const RECENT_EDGES: usize = 8;
 
 impl RecentEdges {
+    /// The remembered predecessors, oldest first.
+    pub(crate) fn nodes(&self) -> &[Arc<TaskNode>] {
+        &self.0
+    }
+
     fn wait_for(&mut self, node: &Arc<TaskNode>, pred: &Arc<TaskNode>) {
         // A finished predecessor needs no edge (and no lock): `finished` is set after `done`,
         // under the node's lock, so it implies what `depend_on` would find.

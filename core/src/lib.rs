@@ -65,6 +65,8 @@ pub use domain::Domain;
 pub use error::{Error, FailureCause, KernelError, RecordId, Result, TaskFailure, TaskId};
 pub use hazard::{HazardRecord, HazardSet, Mode, RecordTable};
 pub use pool::{POOL_BYTES, POOL_ENTRIES, POOL_MIN_BYTES, pooled_bytes, trim_buffer_pool};
-pub use runtime::{Runtime, host, schedule, schedule_eager_named, schedule_named};
+pub use runtime::{
+    Runtime, host, schedule, schedule_eager_named, schedule_named, schedule_sequential_named,
+};
 pub use trace::{Trace, TraceEvent};
 pub use value::{Async, ValueRegion};

@@ -1,4 +1,4 @@
-//! Loom models of the hazard record and of composite enrollment.
+//! Loom models of the hazard record, of composite enrollment and of taking a queued node.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p tessera-core --release --lib loom`.
 //! Each model enrolls host-style nodes (woken through a latch) in program order on one
@@ -278,5 +278,33 @@ fn loom_overlapping_spans_of_one_table_race_and_split_its_runs() {
         t1.join().unwrap();
         t2.join().unwrap();
         assert_eq!(probe.version.load(Ordering::Acquire), 3, "a write was lost");
+    });
+}
+
+#[test]
+fn loom_a_queued_node_is_taken_once_by_its_worker_or_a_waiting_host() {
+    // A ready node's work is marked queued by the thread that made it ready, which then pops
+    // it as a worker would; a host that waits for the node tries to claim it meanwhile. Just
+    // one of them takes it, and the host never takes it before it is queued.
+    model(|| {
+        let node = TaskNode::new(TaskId(0));
+        node.attach(Work::Wake(std::sync::Arc::new(Latch::new())));
+        let taken = Arc::new(AtomicUsize::new(0));
+        // Set before the node is queued: a host that took the work must see it.
+        let ready = Arc::new(AtomicUsize::new(0));
+        let (n, t, r) = (Arc::clone(&node), Arc::clone(&taken), Arc::clone(&ready));
+        let host = loom::thread::spawn(move || {
+            if n.take_queued(|_| true).is_some() {
+                assert_eq!(r.load(Ordering::Relaxed), 1, "taken before it was queued");
+                t.fetch_add(1, Ordering::AcqRel);
+            }
+        });
+        ready.store(1, Ordering::Relaxed);
+        assert!(node.queue_or_take(|_| true).is_none(), "queued, not taken");
+        if node.take_queued(|_| true).is_some() {
+            taken.fetch_add(1, Ordering::AcqRel);
+        }
+        host.join().unwrap();
+        assert_eq!(taken.load(Ordering::Acquire), 1);
     });
 }

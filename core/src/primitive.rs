@@ -88,6 +88,18 @@ impl Latch {
         }
     }
 
+    /// Whether the latch is set (with the same ordering as a [`Latch::wait`] that returns).
+    pub(crate) fn is_set(&self) -> bool {
+        #[cfg(loom)]
+        {
+            *self.state.lock().expect("latch lock")
+        }
+        #[cfg(not(loom))]
+        {
+            *self.state.lock()
+        }
+    }
+
     /// Blocks the calling thread until the latch is set.
     pub(crate) fn wait(&self) {
         #[cfg(loom)]

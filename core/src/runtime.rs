@@ -6,7 +6,11 @@
 //! - A task is enrolled on the caller's thread, at the call, in program order; it runs on a
 //!   worker once its pending count reaches zero. An eager task (an enqueue-only kernel) that
 //!   is ready at enrollment runs on the caller's thread instead, before the call returns,
-//!   and hands every successor it releases to the workers.
+//!   and hands every successor it releases to the workers. A sequential task (a kernel that
+//!   starts no parallel work) that is queued, not yet taken by a worker, when a host waits
+//!   for it directly (it is among the last predecessors of the host's access) runs on that
+//!   host's thread instead; the queued node is taken once, under its lock, by the worker or
+//!   the host, whichever comes first.
 //! - A worker never blocks on another task: kernels run to completion, a ready successor is
 //!   either continued inline (one, on the same runtime) or spawned, and host waits are
 //!   refused inside a task with [`Error::WaitInsideTask`].
@@ -45,13 +49,28 @@ pub(crate) struct Job {
     name: &'static str,
     accesses: AccessList,
     kernel: Kernel,
+    /// The kernel runs sequentially and starts no parallel work, so a waiting host may run
+    /// it on its own thread (see [`Runtime::schedule_sequential_named`]).
+    sequential: bool,
+}
+
+/// How a task is handed over once it is ready.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// To a worker.
+    Worker,
+    /// On the enrolling thread when ready at enrollment, else to a worker.
+    Eager,
+    /// To a worker, or to a host that waits for it and finds it still queued.
+    Sequential,
 }
 
 struct Inner {
     pool: rayon::ThreadPool,
     threads: usize,
-    /// Ready jobs, drained by at most `threads` drainer jobs on the pool.
-    ready: SegQueue<(Arc<TaskNode>, Job)>,
+    /// Ready nodes whose jobs are queued (the job stays in the node: a waiting host may
+    /// claim it first), drained by at most `threads` drainer jobs on the pool.
+    ready: SegQueue<Arc<TaskNode>>,
     /// How many drainers are running (or spawned and about to run).
     drainers: AtomicUsize,
     /// The task timeline, when recording.
@@ -65,8 +84,8 @@ impl Inner {
     /// allocates and, when the workers are parked, wakes one with a system call; a running
     /// drainer picks the next job up with one lock-free pop. The queue never delays a job:
     /// either a drainer is running (and pops it), or this call spawns one.
-    fn inject(self: &std::sync::Arc<Self>, node: Arc<TaskNode>, job: Job) {
-        self.ready.push((node, job));
+    fn inject(self: &std::sync::Arc<Self>, node: Arc<TaskNode>) {
+        self.ready.push(node);
         // SeqCst pairs with the fence in `drain`: either this load sees the drainer's
         // decrement (and spawns), or that drainer's emptiness check sees this push.
         std::sync::atomic::fence(Ordering::SeqCst);
@@ -96,8 +115,11 @@ impl Inner {
     /// Runs ready jobs until the queue is empty, then retires.
     fn drain(self: std::sync::Arc<Self>) {
         loop {
-            while let Some((node, job)) = self.ready.pop() {
-                execute(node, job);
+            while let Some(node) = self.ready.pop() {
+                // `None`: a host waiting for the node ran it.
+                if let Some(Work::Job(job)) = node.take_queued(|_| true) {
+                    execute(node, job);
+                }
             }
             self.drainers.fetch_sub(1, Ordering::SeqCst);
             std::sync::atomic::fence(Ordering::SeqCst);
@@ -257,7 +279,7 @@ impl Runtime {
         A: Access,
         F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
     {
-        self.submit(name, access, kernel, false)
+        self.submit(name, access, kernel, Placement::Worker)
     }
 
     /// Like [`schedule_named`](Self::schedule_named), for a kernel that only *enqueues* work
@@ -285,12 +307,44 @@ impl Runtime {
         A: Access,
         F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
     {
-        self.submit(name, access, kernel, true)
+        self.submit(name, access, kernel, Placement::Eager)
     }
 
-    /// Enrolls a task and, once it is ready, hands it to a worker, or (`eager`, ready at
-    /// once) runs it on this thread.
-    fn submit<A, F>(&self, name: &'static str, access: A, kernel: F, eager: bool) -> Result<TaskId>
+    /// Like [`schedule_named`](Self::schedule_named), for a kernel that runs sequentially
+    /// and starts no parallel work of its own (no rayon, no faer parallelism): a host that
+    /// waits for the task ([`host`], a value's `get`, an array's `wait`) and finds it still
+    /// queued, not yet started by a worker, runs it on its own thread instead of sleeping.
+    ///
+    /// Why: a host that waits has a core and nothing to do with it, and the workers it woke
+    /// may not have started yet; running what it waits for removes a worker's wake-up and
+    /// the host's own from the critical path. A kernel that parallelises inside must not be
+    /// scheduled so: run on the host thread, its rayon work would go to rayon's global pool,
+    /// not to this runtime's workers.
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule`].
+    pub fn schedule_sequential_named<A, F>(
+        &self,
+        name: &'static str,
+        access: A,
+        kernel: F,
+    ) -> Result<TaskId>
+    where
+        A: Access,
+        F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
+    {
+        self.submit(name, access, kernel, Placement::Sequential)
+    }
+
+    /// Enrolls a task and, once it is ready, hands it over as `placement` says.
+    fn submit<A, F>(
+        &self,
+        name: &'static str,
+        access: A,
+        kernel: F,
+        placement: Placement,
+    ) -> Result<TaskId>
     where
         A: Access,
         F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
@@ -314,9 +368,10 @@ impl Runtime {
             name,
             accesses,
             kernel,
+            sequential: placement == Placement::Sequential,
         }));
         if let Some(ready) = TaskNode::finish_enrollment(node) {
-            if eager {
+            if placement == Placement::Eager {
                 run_here(ready);
             } else {
                 dispatch(ready);
@@ -403,15 +458,48 @@ where
     Runtime::current().schedule_eager_named(name, access, kernel)
 }
 
-/// Hands a ready node to whoever runs it: a worker for a job, the host for a wait.
+/// [`Runtime::schedule_sequential_named`] on the [current](Runtime::current) runtime: a
+/// kernel that runs sequentially, which a host waiting for it may run itself.
+///
+/// ```
+/// use tessera_core::{Async, schedule_sequential_named};
+///
+/// let a = Async::new(20.0_f64);
+/// let b = Async::new(0.0_f64);
+/// schedule_sequential_named("double", (a.read(), b.write()), |(a, b)| {
+///     *b = *a * 2.0 + 2.0;
+///     Ok(())
+/// })?;
+/// assert_eq!(b.get()?, 42.0);
+/// # Ok::<(), tessera_core::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`schedule`].
+pub fn schedule_sequential_named<A, F>(name: &'static str, access: A, kernel: F) -> Result<TaskId>
+where
+    A: Access,
+    F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
+{
+    Runtime::current().schedule_sequential_named(name, access, kernel)
+}
+
+/// Hands a ready node to whoever runs it: its runtime's ready queue for a job (the job stays
+/// in the node), the host for a wait.
 fn dispatch(node: Arc<TaskNode>) {
-    match node.take_work() {
-        Some(Work::Job(job)) => {
-            let runtime = std::sync::Arc::clone(&job.runtime);
-            runtime.inject(node, job);
+    let mut runtime = None;
+    let taken = node.queue_or_take(|work| match work {
+        Work::Job(job) => {
+            runtime = Some(std::sync::Arc::clone(&job.runtime));
+            true
         }
-        Some(Work::Wake(latch)) => latch.set(),
-        None => debug_assert!(false, "{} dispatched twice", node.id()),
+        Work::Wake(_) => false,
+    });
+    match (runtime, taken) {
+        (Some(runtime), _) => runtime.inject(node),
+        (None, Some(Work::Wake(latch))) => latch.set(),
+        _ => debug_assert!(false, "{} dispatched twice", node.id()),
     }
 }
 
@@ -424,6 +512,12 @@ fn run_here(node: Arc<TaskNode>) {
     let Some(Work::Job(job)) = node.take_work() else {
         unreachable!("{} is a task made ready by its enrollment", node.id());
     };
+    run_job_here(node, job);
+}
+
+/// Runs `job` (the work of `node`) on this thread and dispatches every successor it made
+/// ready (see [`run_here`]).
+fn run_job_here(node: Arc<TaskNode>, job: Job) {
     let _current = EnterGuard::new(Runtime {
         inner: std::sync::Arc::clone(&job.runtime),
     });
@@ -446,19 +540,14 @@ fn execute(mut node: Arc<TaskNode>, mut job: Job) {
         node.complete(&mut ready);
         let mut next = None;
         for succ in ready.drain(..) {
-            match succ.take_work() {
-                Some(Work::Job(j))
-                    if next.is_none() && std::sync::Arc::ptr_eq(&j.runtime, &runtime) =>
-                {
+            if next.is_none() {
+                let same_runtime = |work: &Work| matches!(work, Work::Job(j) if std::sync::Arc::ptr_eq(&j.runtime, &runtime));
+                if let Some(Work::Job(j)) = succ.take_work_if(same_runtime) {
                     next = Some((succ, j));
+                    continue;
                 }
-                Some(Work::Job(j)) => {
-                    let rt = std::sync::Arc::clone(&j.runtime);
-                    rt.inject(succ, j);
-                }
-                Some(Work::Wake(latch)) => latch.set(),
-                None => debug_assert!(false, "{} dispatched twice", succ.id()),
             }
+            dispatch(succ);
         }
         match next {
             Some((n, j)) => (node, job) = (n, j),
@@ -475,6 +564,7 @@ fn run_job(node: &TaskNode, job: Job) {
         name,
         accesses,
         kernel,
+        ..
     } = job;
     let started = runtime.trace.is_on().then(std::time::Instant::now);
     let inherited = accesses
@@ -582,12 +672,12 @@ fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> Result<R>) -> 
     let latch = std::sync::Arc::new(Latch::new());
     let id = next_task_id();
     let node = TaskNode::new(id);
-    enroll(&node, &accesses);
+    let predecessors = enroll(&node, &accesses);
     node.attach(Work::Wake(std::sync::Arc::clone(&latch)));
     if let Some(ready) = TaskNode::finish_enrollment(Arc::clone(&node)) {
         dispatch(ready);
     }
-    latch.wait();
+    help_then_wait(&latch, predecessors.nodes());
     let written = || accesses.items.iter().filter(|a| a.mode.writes());
     let poison = accesses
         .items
@@ -628,6 +718,26 @@ fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> Result<R>) -> 
     };
     release(&node);
     result
+}
+
+/// Waits for `latch`, first running on this (host) thread every sequential job among
+/// `predecessors` (the host node's) that is still queued, not started by a worker: the host
+/// would otherwise sleep while that job waits for a worker to wake up and take it. Only
+/// direct predecessors, which the host waits for anyway, so helping never delays the wait
+/// with unrelated work.
+fn help_then_wait(latch: &Latch, predecessors: &[Arc<TaskNode>]) {
+    let sequential = |work: &Work| matches!(work, Work::Job(job) if job.sequential);
+    while !latch.is_set() {
+        let claimed = predecessors
+            .iter()
+            .find_map(|p| p.take_queued(sequential).map(|w| (p, w)));
+        match claimed {
+            Some((pred, Work::Job(job))) => run_job_here(Arc::clone(pred), job),
+            Some((_, Work::Wake(_))) => unreachable!("only jobs are queued"),
+            None => break,
+        }
+    }
+    latch.wait();
 }
 
 /// Completes a host node and dispatches what it made ready.

@@ -8,6 +8,11 @@
 //! - An edge `pred -> succ` is added only under `pred`'s state lock and only while `pred` is
 //!   not done; `succ.pending` is raised before the edge is visible. So a completing `pred`
 //!   either sees the edge (and lowers `succ.pending`) or the edge is never added.
+//! - A ready node's work is taken exactly once, under the node's lock: by whoever made the
+//!   node ready, or, for a job that was put on a runtime's ready queue (`queued`), by the
+//!   worker that pops the node or by a host waiting for the node's completion that claims it
+//!   first ([`TaskNode::take_queued`]). A node is queued only once it is ready, so a claim
+//!   never runs a job early.
 //! - Completion sets `done` and takes the successor list in one critical section; it never
 //!   holds a node lock while taking a hazard-record lock (enrollment takes record locks, then
 //!   node locks), so the two lock classes cannot deadlock.
@@ -35,6 +40,8 @@ struct NodeState {
     done: bool,
     successors: SmallVec<[Arc<TaskNode>; 2]>,
     work: Option<Work>,
+    /// The node is ready and its job waits on a runtime's ready queue.
+    queued: bool,
 }
 
 /// One enrolled operation.
@@ -58,6 +65,7 @@ impl TaskNode {
                 done: false,
                 successors: SmallVec::new(),
                 work: None,
+                queued: false,
             }),
         })
     }
@@ -119,6 +127,44 @@ impl TaskNode {
     /// Takes the node's work. Called once, by whoever made the node ready.
     pub(crate) fn take_work(&self) -> Option<Work> {
         self.state.lock().work.take()
+    }
+
+    /// Takes the node's work if `accept` says so (for whoever made the node ready, choosing
+    /// what to run itself).
+    pub(crate) fn take_work_if(&self, accept: impl FnOnce(&Work) -> bool) -> Option<Work> {
+        let mut state = self.state.lock();
+        if state.work.as_ref().is_some_and(accept) {
+            state.work.take()
+        } else {
+            None
+        }
+    }
+
+    /// Dispatches a ready node's work, in one critical section: work that `queue` accepts
+    /// stays in the node, marked queued (the caller then puts the node on a ready queue, and
+    /// [`take_queued`](Self::take_queued) takes the work); other work is taken and returned.
+    /// Called once, by whoever made the node ready.
+    pub(crate) fn queue_or_take(&self, queue: impl FnOnce(&Work) -> bool) -> Option<Work> {
+        let mut state = self.state.lock();
+        if state.work.as_ref().is_some_and(queue) {
+            state.queued = true;
+            None
+        } else {
+            state.work.take()
+        }
+    }
+
+    /// Takes the work of a queued node if nobody has taken it yet and `accept` says so: for
+    /// the worker that popped the node from its queue, and for a host that waits for the
+    /// node's completion and runs the work itself rather than sleep. `None` for a node that
+    /// is not queued (not ready yet, or handed out otherwise).
+    pub(crate) fn take_queued(&self, accept: impl FnOnce(&Work) -> bool) -> Option<Work> {
+        let mut state = self.state.lock();
+        if state.queued && state.work.as_ref().is_some_and(accept) {
+            state.work.take()
+        } else {
+            None
+        }
     }
 
     /// Marks the node done and pushes the successors it made ready onto `ready`.

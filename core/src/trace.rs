@@ -17,7 +17,9 @@ pub struct TraceEvent {
     pub task: TaskId,
     /// The name it was scheduled under.
     pub name: &'static str,
-    /// The worker (pool thread index) that ran it.
+    /// The worker (pool thread index) that ran it, or [`TraceEvent::HOST`] for a task that
+    /// ran on a host thread (an eager task ready at enrollment, or a sequential task that a
+    /// waiting host ran).
     pub worker: usize,
     /// When it started, from the start of recording.
     pub start: Duration,
@@ -25,6 +27,11 @@ pub struct TraceEvent {
     pub duration: Duration,
     /// Whether the kernel was skipped or failed (the task's outputs were poisoned).
     pub failed: bool,
+}
+
+impl TraceEvent {
+    /// The `worker` of a task that ran on a host thread (its track in the Chrome trace).
+    pub const HOST: usize = usize::MAX;
 }
 
 /// A recorded timeline.
@@ -111,7 +118,7 @@ impl Recorder {
             events.push(TraceEvent {
                 task,
                 name,
-                worker: rayon::current_thread_index().unwrap_or(usize::MAX),
+                worker: rayon::current_thread_index().unwrap_or(TraceEvent::HOST),
                 start: start.saturating_duration_since(*origin),
                 duration: end.saturating_duration_since(start),
                 failed,

@@ -405,3 +405,57 @@ fn an_eager_task_is_a_task_for_waits_and_failures() {
     .unwrap();
     assert!(matches!(c.get(), Err(Error::Poisoned { .. })));
 }
+
+#[test]
+fn a_host_wait_runs_its_queued_sequential_predecessor_and_leaves_other_tasks_to_workers() {
+    // One worker, held by a task that waits for a gate: nothing else can start on a worker.
+    let rt = Runtime::new(1).unwrap();
+    let caller = std::thread::current().id();
+    let gate = Arc::new(AtomicUsize::new(0));
+    let g = Arc::clone(&gate);
+    let held = Async::new(0_u8);
+    rt.schedule(held.write(), move |h| {
+        spin_until(&g, 1);
+        *h = 1;
+        Ok(())
+    })
+    .unwrap();
+    // A sequential task that waits for nothing is queued behind it; the host that waits for
+    // its result runs it (the worker cannot), and the wait returns while the gate is shut.
+    let a = Async::new(20_u64);
+    let on_caller = Async::new(false);
+    rt.schedule_sequential_named(
+        "double",
+        (a.write(), on_caller.overwrite()),
+        move |(a, h)| {
+            *a = *a * 2 + 2;
+            *h = std::thread::current().id() == caller;
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(a.get().unwrap(), 42);
+    assert!(on_caller.get().unwrap(), "the waiting host ran it");
+    assert_eq!(gate.load(Ordering::Acquire), 0, "while the worker was held");
+    // A failing sequential kernel run by the host poisons what it was to write, as on a
+    // worker.
+    rt.schedule_sequential_named("fails", a.write(), |a| {
+        *a = 0;
+        Err("no".into())
+    })
+    .unwrap();
+    assert!(matches!(a.get(), Err(Error::Poisoned { .. })));
+    // An ordinary task is never run by the host: it waits for the worker.
+    let b = Async::new(0_u8);
+    let on_caller = Async::new(true);
+    rt.schedule((b.overwrite(), on_caller.overwrite()), move |(b, h)| {
+        *b = 1;
+        *h = std::thread::current().id() == caller;
+        Ok(())
+    })
+    .unwrap();
+    gate.store(1, Ordering::Release);
+    assert_eq!(b.get().unwrap(), 1);
+    assert!(!on_caller.get().unwrap(), "a worker ran it");
+    assert_eq!(held.get().unwrap(), 1);
+}
