@@ -557,7 +557,8 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             };
             let reads = self.block_set(&ids(|m| m.0))?.into_read();
             let writes = out.block_set(&ids(|m| m.1))?.into_overwrite();
-            let group = std::mem::take(group);
+            // The next group is about as long: allocate it once rather than grow it.
+            let group = std::mem::replace(group, Vec::with_capacity(group.len()));
             let (perm, plans) = (Arc::clone(&perm), plans.clone());
             let structures = (Arc::clone(self.structure()), Arc::clone(out.structure()));
             schedule_sequential_named("blocks.permute", (reads, writes), move |(xs, mut ys)| {

@@ -556,7 +556,8 @@ impl HazardSet {
         if !ranges.is_sorted_by_key(|r| r.start) {
             ranges.sort_unstable_by_key(|r| r.start);
         }
-        let mut spans: SmallVec<[Span; 1]> = SmallVec::new();
+        // At most one span per range: one allocation, not a doubling per spill.
+        let mut spans: SmallVec<[Span; 1]> = SmallVec::with_capacity(ranges.len());
         for r in ranges {
             let (start, end) = (r.start as u32, r.end as u32);
             match spans.last_mut() {
