@@ -12,7 +12,7 @@ use tessera::blocks::{AsyncArray, BlockStructure, Blocks, Direction, Leg, U1};
 use tessera::prelude::Runtime;
 
 /// Four legs with U(1) sectors -q..=q of dimension `d` each, flux 0: blocks of d^4 elements
-/// (85 blocks for q = 2, 1,469 for q = 6).
+/// (85 blocks for q = 2, 1,469 for q = 6, one for q = 0).
 fn structure(d: usize, q: i32) -> Arc<BlockStructure<U1>> {
     let leg = |dir| Leg::new(dir, (-q..=q).map(|c| (U1(c), d))).unwrap();
     Arc::new(
@@ -39,8 +39,9 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("block_ops");
     group.sample_size(20);
     // Blocks of 4,096 elements in an array that stays in the last-level cache (2.8 MB) and
-    // in one that does not (48 MB), and blocks of 65,536 (44 MB).
-    for (d, q) in [(8_usize, 2), (8, 6), (16, 2)] {
+    // in one that does not (48 MB), blocks of 65,536 (44 MB), and one block of 331,776
+    // (2.6 MB), which the workers move together.
+    for (d, q) in [(8_usize, 2), (8, 6), (16, 2), (24, 0)] {
         let s = structure(d, q);
         let block = d.pow(4);
         let len = s.total_len();
@@ -72,11 +73,14 @@ fn bench(c: &mut Criterion) {
         });
         let src: Vec<f64> = (0..len).map(|i| i as f64).collect();
         let mut dst = vec![0.0_f64; len];
+        // One chunk per block, but at least four chunks: a single block is copied by both
+        // threads too.
+        let chunk = block.min(len.div_ceil(4));
         group.bench_function(BenchmarkId::new("plain_copy_baseline", &label), |b| {
             b.iter(|| {
                 pool.install(|| {
-                    dst.par_chunks_mut(block)
-                        .zip(src.par_chunks(block))
+                    dst.par_chunks_mut(chunk)
+                        .zip(src.par_chunks(chunk))
                         .for_each(|(d, s)| d.copy_from_slice(s))
                 });
                 black_box(&dst);

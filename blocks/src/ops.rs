@@ -11,6 +11,8 @@
 //!   few thousand elements), and enrolls on exactly those blocks' records: work on
 //!   different tasks' blocks runs in parallel and work on one block keeps program order.
 //!   Reductions (norm, inner) are one partial result per task plus one task that sums them.
+//!   A permuted block of at least [`PARALLEL_BLOCK_ELEMS`] is moved by all the workers of
+//!   its task's runtime, in parts that write disjoint elements.
 //! - A permutation runs from its plan ([`Permuted`], kept by the structure): the plan's
 //!   source structure and permutation are checked on the host, and each block moves through
 //!   a copy planned from its two layouts, which the first task to move it makes and the
@@ -20,11 +22,14 @@ use crate::array::{AsyncArray, BlockAlias};
 use crate::error::Error;
 use crate::sector::AbelianSector;
 use crate::structure::{BlockStructure, Permuted, block_copy};
+use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
 use tessera_backends::cpu;
-use tessera_core::{Alias, Async, CopyPlan, KernelError, Stores, schedule_sequential_named};
+use tessera_core::{
+    Alias, Async, CopyPlan, KernelError, Stores, schedule_named, schedule_sequential_named,
+};
 
 /// The blocks an operation touches.
 #[derive(Clone, Copy, Debug)]
@@ -113,6 +118,13 @@ fn permute_task_elems(total: usize, threads: usize) -> usize {
 /// tenth more time per permutation on two cores (measured beside one and two, which tie).
 const PERMUTE_TASKS_PER_WORKER: usize = 2;
 
+/// A block of at least this many elements is moved by all the workers at once, its copy
+/// plan cut into one part per worker ([`CopyPlan::split`]): a tensor with a few large
+/// blocks (the large sectors of a DMRG state) would otherwise be permuted by as many
+/// threads as it has blocks. Below this a block's copy takes less than the tens of
+/// microseconds that fanning it out costs.
+const PARALLEL_BLOCK_ELEMS: usize = 1 << 18;
+
 /// The bytes a permutation writes from which it streams its stores
 /// ([`Stores::Streaming`]): with source and destination together beyond a last-level cache
 /// of 32 MiB, the first blocks written are evicted before the permutation ends, so reading
@@ -126,6 +138,25 @@ enum Piece<'i> {
     Span(std::ops::Range<usize>),
     /// Consecutive selected blocks, each with its shape.
     Blocks(&'i [usize]),
+}
+
+/// Schedules a task as [`schedule_sequential_named`] when `sequential` (its kernel starts
+/// no parallel work: a waiting host may run it), else as [`schedule_named`].
+fn schedule_placed<A, F>(
+    name: &'static str,
+    sequential: bool,
+    access: A,
+    kernel: F,
+) -> Result<tessera_core::TaskId, tessera_core::Error>
+where
+    A: tessera_core::Access,
+    F: for<'a> FnOnce(A::View<'a>) -> Result<(), KernelError> + Send + 'static,
+{
+    if sequential {
+        schedule_sequential_named(name, access, kernel)
+    } else {
+        schedule_named(name, access, kernel)
+    }
 }
 
 fn kernel_error(e: impl std::error::Error + Send + Sync + 'static) -> KernelError {
@@ -525,7 +556,8 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// copies, one per block of `self`, onto its image in `out`), each block moves through
     /// its plan, which the first task to move the block makes and keeps (so the planning is
     /// spread over the workers, once), instead of through views built and planned per
-    /// block at every call.
+    /// block at every call; a block of at least [`PARALLEL_BLOCK_ELEMS`] then moves in one
+    /// part per worker, all at once, and its task is an ordinary one (not sequential).
     fn relabel_blocks(
         &self,
         moves: impl Iterator<Item = (usize, usize, bool)>,
@@ -539,7 +571,8 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             .iter()
             .map(|&(i, _, _)| self.structure().block(i).expect("checked id").len())
             .sum();
-        let per_task = permute_task_elems(total, tessera_core::Runtime::current().threads());
+        let threads = tessera_core::Runtime::current().threads();
+        let per_task = permute_task_elems(total, threads);
         let stores = if total * size_of::<T>() >= STREAM_BYTES {
             Stores::Streaming
         } else {
@@ -561,43 +594,81 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             let group = std::mem::replace(group, Vec::with_capacity(group.len()));
             let (perm, plans) = (Arc::clone(&perm), plans.clone());
             let structures = (Arc::clone(self.structure()), Arc::clone(out.structure()));
-            schedule_sequential_named("blocks.permute", (reads, writes), move |(xs, mut ys)| {
-                if let Some(plans) = &plans {
-                    let (from, to) = &structures;
-                    for (k, &(i, j, negate)) in group.iter().enumerate() {
-                        let plan = match plans[i].get() {
-                            Some(plan) => plan,
-                            None => {
-                                let plan = block_copy(from, i, to, j, &perm)
-                                    .ok_or("a block and its image have the same shape")?;
-                                plans[i].get_or_init(|| plan)
+            // Large blocks are cut over the workers: such a task is not sequential.
+            let fan_out = |i: usize| {
+                threads > 1
+                    && self.structure().block(i).expect("checked id").len() >= PARALLEL_BLOCK_ELEMS
+            };
+            let parallel: SmallVec<[bool; 32]> = group
+                .iter()
+                .map(|&(i, _, _)| plans.is_some() && fan_out(i))
+                .collect();
+            let sequential = !parallel.contains(&true);
+            schedule_placed(
+                "blocks.permute",
+                sequential,
+                (reads, writes),
+                move |(xs, mut ys)| {
+                    if let Some(plans) = &plans {
+                        let (from, to) = &structures;
+                        for (k, &(i, j, negate)) in group.iter().enumerate() {
+                            let plan = match plans[i].get() {
+                                Some(plan) => plan,
+                                None => {
+                                    let plan = block_copy(from, i, to, j, &perm)
+                                        .ok_or("a block and its image have the same shape")?;
+                                    plans[i].get_or_init(|| plan)
+                                }
+                            };
+                            let (y, x) = (ys.block_ptr(k), xs.block_ptr(k));
+                            // Why the copy is sound: `plan` copies block `i` of `from` (its
+                            // shape and strides, legs permuted) onto block `j` of `to` (the
+                            // same shape: checked when it was planned), and `from` and `to`
+                            // are the structures of `self` and `out`, or equal to them
+                            // (`check_permuted`, for a plan filled by an earlier use); the
+                            // task holds the read grant of block `i` (the read set's block
+                            // `k`) and the write grant of block `j` (the write set's block
+                            // `k`), exactly those elements, inside their allocations
+                            // (extents checked when the arrays were made); a block's layout
+                            // is one-to-one; the arrays' storage differs (checked), so the
+                            // blocks do not overlap; no view of either lives.
+                            if !parallel[k] {
+                                // SAFETY: see above.
+                                unsafe {
+                                    cpu::permute_copy_planned(negate, conj, plan, y, x, stores)
+                                };
+                                continue;
                             }
-                        };
-                        let (y, x) = (ys.block_ptr(k), xs.block_ptr(k));
-                        // SAFETY: `plan` copies block `i` of `from` (its shape and strides,
-                        // legs permuted) onto block `j` of `to` (the same shape: checked when
-                        // it was planned), and `from` and `to` are the structures of `self`
-                        // and `out`, or equal to them (`check_permuted`, for a plan filled
-                        // by an earlier use); the task holds the read grant of block `i`
-                        // (the read set's block `k`) and the write grant of block `j` (the
-                        // write set's block `k`), exactly those elements, inside their
-                        // allocations (extents checked when the arrays were made); a
-                        // block's layout is one-to-one; the arrays' storage differs
-                        // (checked), so the blocks do not overlap; no view of either lives.
-                        unsafe { cpu::permute_copy_planned(negate, conj, plan, y, x, stores) };
+                            // The same copy in parts that write disjoint elements, one per
+                            // worker of the runtime whose pool runs this task (so rayon here
+                            // is that pool). Addresses cross threads as integers.
+                            let (ya, xa) = (y as usize, x as usize);
+                            plan.split(threads).par_iter().for_each(|(part, d, s)| {
+                                let (y, x) = (
+                                    (ya as *mut T).wrapping_offset(*d),
+                                    (xa as *const T).wrapping_offset(*s),
+                                );
+                                // SAFETY: as for the whole plan (above); each part copies a
+                                // subset of its elements, at these offsets from its bases
+                                // (`CopyPlan::split`), and no two parts write one element.
+                                unsafe {
+                                    cpu::permute_copy_planned(negate, conj, part, y, x, stores)
+                                };
+                            });
+                        }
+                        return Ok(());
                     }
-                    return Ok(());
-                }
-                for (k, &(_, _, negate)) in group.iter().enumerate() {
-                    let xp = xs
-                        .get(k)
-                        .permute_axes(&perm)
-                        .ok_or("the permutation matches the block's legs")?;
-                    cpu::permute_copy(negate, conj, &xp, &mut ys.get_mut(k), stores)
-                        .map_err(kernel_error)?;
-                }
-                Ok(())
-            })?;
+                    for (k, &(_, _, negate)) in group.iter().enumerate() {
+                        let xp = xs
+                            .get(k)
+                            .permute_axes(&perm)
+                            .ok_or("the permutation matches the block's legs")?;
+                        cpu::permute_copy(negate, conj, &xp, &mut ys.get_mut(k), stores)
+                            .map_err(kernel_error)?;
+                    }
+                    Ok(())
+                },
+            )?;
             Ok(())
         };
         for (i, j, negative) in moves {
@@ -1036,6 +1107,44 @@ mod tests {
     #[test]
     fn permutations_of_wide_blocks_equal_the_dense_reference_for_every_element_type() {
         for_each_kind!(permutations_every_type);
+    }
+
+    /// A block above `PARALLEL_BLOCK_ELEMS` is moved by all the workers at once, its plan
+    /// cut into parts: the dense reference, for cuts along a transposed axis and along an
+    /// outer one, on two workers (cut) and on one (not cut), with a small block beside it.
+    #[test]
+    fn permutations_of_a_block_cut_over_the_workers_equal_the_dense_reference() {
+        use crate::{Direction, Leg, U1};
+        let leg = |dir, big| Leg::new(dir, [(U1(0), big), (U1(1), 2)]).unwrap();
+        let s = Arc::new(
+            BlockStructure::from_legs(
+                vec![
+                    leg(Direction::In, 24),
+                    leg(Direction::In, 23),
+                    leg(Direction::Out, 24),
+                    leg(Direction::Out, 25),
+                ],
+                2,
+                U1(0),
+            )
+            .unwrap(),
+        );
+        assert!((0..s.num_blocks()).any(|i| s.block(i).unwrap().len() >= PARALLEL_BLOCK_ELEMS));
+        for threads in [2, 1] {
+            let rt = tessera_core::Runtime::new(threads).unwrap();
+            rt.enter(|| {
+                let x = AsyncArray::<Complex<f64>, U1>::random(Arc::clone(&s), 17);
+                let dense = x.to_dense().unwrap();
+                for (perm, nc) in [([2, 3, 0, 1], 2), ([1, 3, 0, 2], 1), ([0, 2, 1, 3], 3)] {
+                    let got = x.permute(&perm, nc, Blocks::All).unwrap();
+                    assert_eq!(
+                        got.to_dense().unwrap(),
+                        dense_permute(&s, &dense, &perm),
+                        "{perm:?} on {threads} workers"
+                    );
+                }
+            });
+        }
     }
 
     fn u1_structure(flux: i32) -> Arc<BlockStructure<crate::U1>> {

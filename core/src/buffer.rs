@@ -1068,6 +1068,90 @@ impl CopyPlan {
         }
     }
 
+    /// How many elements the plan copies.
+    pub fn len(&self) -> usize {
+        match self.walk {
+            Walk::Empty => 0,
+            _ => self.dims.iter().product(),
+        }
+    }
+
+    /// Whether the plan copies nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The plan cut into at most `parts` plans over disjoint parts of the same layouts, each
+    /// with the offsets (destination, source, in elements) of its base pointers from the
+    /// whole plan's: running every part at `(dst + d, src + s)` does what running the plan
+    /// at `(dst, src)` does, and no two parts write the same element, so they may run at
+    /// the same time (for one large block on several threads).
+    ///
+    /// The cut runs along the longest axis other than the destination's contiguous one,
+    /// in whole kernel tiles where it cuts a transposed axis, so each part keeps the vector
+    /// kernels; a plan too small to cut is returned whole.
+    ///
+    /// ```
+    /// use tessera_core::{CopyPlan, SharedBuffer, Stores};
+    ///
+    /// // A 100 x 300 transpose, in three parts.
+    /// let src = SharedBuffer::<f64>::from_fn(30_000, |i| i as f64);
+    /// let dst = SharedBuffer::<f64>::zeroed(30_000);
+    /// let plan = CopyPlan::new(&[100, 300], &[1, 100], &[300, 1]);
+    /// let parts = plan.split(3);
+    /// assert!(parts.len() > 1 && parts.iter().map(|(p, _, _)| p.len()).sum::<usize>() == 30_000);
+    /// for (part, d, s) in &parts {
+    ///     // SAFETY: each part lies inside the whole plan's layouts, which lie inside the
+    ///     // two buffers; nothing else uses them.
+    ///     unsafe {
+    ///         let (y, x) = (dst.as_ptr().cast_mut().offset(*d), src.as_ptr().offset(*s));
+    ///         part.copy_flipped(y, x, 0, |v| v, Stores::Cached)
+    ///     };
+    /// }
+    /// // SAFETY: the copies are done.
+    /// let out = unsafe { dst.view(0, &[30_000], &[1]) }.to_vec();
+    /// assert_eq!(out[1], 300.0); // element (1, 0) of the destination is source (0, 1)
+    /// ```
+    pub fn split(&self, parts: usize) -> Vec<(CopyPlan, isize, isize)> {
+        let whole = || vec![(self.clone(), 0, 0)];
+        if parts <= 1 || self.is_empty() {
+            return whole();
+        }
+        // The longest axis other than the destination's contiguous one (axis 0), unless
+        // there is no other.
+        let axis = (1..self.dims.len())
+            .max_by_key(|&a| self.dims[a])
+            .unwrap_or(0);
+        let fast = match &self.walk {
+            Walk::Tiles { fast, .. } => Some(*fast),
+            _ => None,
+        };
+        // Whole kernel tiles along a transposed axis (and along the contiguous axis).
+        let align = if axis == 0 || Some(axis) == fast {
+            KERNEL_TILE
+        } else {
+            1
+        };
+        let extent = self.dims[axis];
+        let chunk = extent.div_ceil(parts).next_multiple_of(align);
+        if chunk >= extent {
+            return whole();
+        }
+        (0..extent)
+            .step_by(chunk)
+            .map(|start| {
+                let mut dims = self.dims.clone();
+                dims[axis] = chunk.min(extent - start);
+                let at = start as isize;
+                (
+                    CopyPlan::new(&dims, &self.dst, &self.src),
+                    at * self.dst[axis],
+                    at * self.src[axis],
+                )
+            })
+            .collect()
+    }
+
     /// Runs the plan: `dst[i] = flip(src[i])` for every multi-index `i`, as
     /// [`StridedMut::assign_flipped`] does for views with the planned layouts (the same
     /// vector kernels for the full squares of a plain transpose, flipping the bits of `mask`;
@@ -1806,6 +1890,73 @@ mod tests {
         assert_eq!(transpose_kernel::<Complex<f64>>().is_some(), avx2);
         assert!(transpose_kernel::<(u32, u8)>().is_none());
         assert!(transpose_kernel::<u8>().is_none());
+    }
+
+    /// A plan cut into parts: the parts cover every element once (their lengths add up,
+    /// and run one after another they write exactly what the whole plan writes), for
+    /// transposes, batched transposes and plain copies, along every kind of axis.
+    #[test]
+    fn the_parts_of_a_split_plan_copy_what_the_plan_copies() {
+        let dense = |d: &[usize]| -> Vec<isize> {
+            let mut acc = 1;
+            d.iter()
+                .map(|&x| {
+                    let s = acc;
+                    acc *= x as isize;
+                    s
+                })
+                .collect()
+        };
+        // Small under Miri, which interprets every element (and has no vector kernels).
+        let cases = if cfg!(miri) {
+            [[9, 7, 1, 1], [3, 9, 2, 1], [2, 3, 4, 5], [9, 1, 1, 1]]
+        } else {
+            [
+                [150, 70, 1, 1],
+                [70, 150, 3, 1],
+                [5, 6, 7, 40],
+                [150, 1, 1, 1],
+            ]
+        };
+        for dims in cases {
+            let n: usize = dims.iter().product();
+            let src = SharedBuffer::<u64>::from_fn(n, |k| k as u64 * 7 + 1);
+            for perm in [[1, 0, 2, 3], [0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]] {
+                let pdims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+                let sstrides = dense(&dims);
+                let pstrides: Vec<isize> = perm.iter().map(|&p| sstrides[p]).collect();
+                let plan = CopyPlan::new(&pdims, &dense(&pdims), &pstrides);
+                let run = |parts: &[(CopyPlan, isize, isize)]| {
+                    let dst = SharedBuffer::<u64>::zeroed(n);
+                    for (part, d, s) in parts {
+                        // SAFETY: each part lies inside the whole plan's layouts, which are
+                        // full-extent layouts of the two fresh buffers; this test is their
+                        // only user.
+                        unsafe {
+                            let (y, x) = (dst.as_ptr().cast_mut().offset(*d), src.as_ptr());
+                            part.copy_flipped(y, x.offset(*s), 0, |v| v, Stores::Cached)
+                        };
+                    }
+                    // SAFETY: the copies are done.
+                    unsafe { dst.view(0, &[n], &[1]) }.to_vec()
+                };
+                let want = run(&[(plan.clone(), 0, 0)]);
+                assert!(
+                    want.iter().all(|&v| v != 0),
+                    "the whole plan wrote everything"
+                );
+                for parts in [1, 2, 3, 5] {
+                    let split = plan.split(parts);
+                    assert!(split.len() <= parts.max(1));
+                    if !cfg!(miri) && parts > 1 && n >= 10_000 {
+                        assert!(split.len() > 1, "{dims:?} {perm:?} was cut");
+                    }
+                    let lens: usize = split.iter().map(|(p, _, _)| p.len()).sum();
+                    assert_eq!(lens, n, "{dims:?} {perm:?} in {parts}");
+                    assert_eq!(run(&split), want, "{dims:?} {perm:?} in {parts}");
+                }
+            }
+        }
     }
 
     fn permuted_assign_case(dims: [usize; 4]) {
