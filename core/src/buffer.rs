@@ -1892,21 +1892,23 @@ mod tests {
         assert!(transpose_kernel::<u8>().is_none());
     }
 
+    /// The strides of a dense column-major layout of `dims`.
+    fn column_major(dims: &[usize]) -> Vec<isize> {
+        let mut acc = 1;
+        dims.iter()
+            .map(|&d| {
+                let s = acc;
+                acc *= d as isize;
+                s
+            })
+            .collect()
+    }
+
     /// A plan cut into parts: the parts cover every element once (their lengths add up,
     /// and run one after another they write exactly what the whole plan writes), for
     /// transposes, batched transposes and plain copies, along every kind of axis.
     #[test]
     fn the_parts_of_a_split_plan_copy_what_the_plan_copies() {
-        let dense = |d: &[usize]| -> Vec<isize> {
-            let mut acc = 1;
-            d.iter()
-                .map(|&x| {
-                    let s = acc;
-                    acc *= x as isize;
-                    s
-                })
-                .collect()
-        };
         // Small under Miri, which interprets every element (and has no vector kernels).
         let cases = if cfg!(miri) {
             [[9, 7, 1, 1], [3, 9, 2, 1], [2, 3, 4, 5], [9, 1, 1, 1]]
@@ -1923,9 +1925,9 @@ mod tests {
             let src = SharedBuffer::<u64>::from_fn(n, |k| k as u64 * 7 + 1);
             for perm in [[1, 0, 2, 3], [0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]] {
                 let pdims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
-                let sstrides = dense(&dims);
+                let sstrides = column_major(&dims);
                 let pstrides: Vec<isize> = perm.iter().map(|&p| sstrides[p]).collect();
-                let plan = CopyPlan::new(&pdims, &dense(&pdims), &pstrides);
+                let plan = CopyPlan::new(&pdims, &column_major(&pdims), &pstrides);
                 let run = |parts: &[(CopyPlan, isize, isize)]| {
                     let dst = SharedBuffer::<u64>::zeroed(n);
                     for (part, d, s) in parts {
@@ -1962,18 +1964,8 @@ mod tests {
     fn permuted_assign_case(dims: [usize; 4]) {
         let n: usize = dims.iter().product();
         let src_buf = SharedBuffer::<u64>::zeroed(n);
-        let dense = |d: &[usize]| -> Vec<isize> {
-            let mut acc = 1;
-            d.iter()
-                .map(|&x| {
-                    let s = acc;
-                    acc *= x as isize;
-                    s
-                })
-                .collect()
-        };
         // SAFETY: full-extent views of fresh buffers; this test is their sole user.
-        let mut src = unsafe { src_buf.view_mut(0, &dims, &dense(&dims)) };
+        let mut src = unsafe { src_buf.view_mut(0, &dims, &column_major(&dims)) };
         src.update(|k, _| k as u64 * 3 + 1);
         for perm in [
             [0, 1, 2, 3],
@@ -1985,7 +1977,7 @@ mod tests {
             let pdims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
             let dst_buf = SharedBuffer::<u64>::zeroed(n);
             // SAFETY: as above.
-            let mut dst = unsafe { dst_buf.view_mut(0, &pdims, &dense(&pdims)) };
+            let mut dst = unsafe { dst_buf.view_mut(0, &pdims, &column_major(&pdims)) };
             let view = src.as_ref();
             let permuted = view.permute_axes(&perm).unwrap();
             assert!(dst.assign_map(&permuted, |x| x + 1));

@@ -541,7 +541,10 @@ fn execute(mut node: Arc<TaskNode>, mut job: Job) {
         let mut next = None;
         for succ in ready.drain(..) {
             if next.is_none() {
-                let same_runtime = |work: &Work| matches!(work, Work::Job(j) if std::sync::Arc::ptr_eq(&j.runtime, &runtime));
+                let same_runtime = |work: &Work| match work {
+                    Work::Job(j) => std::sync::Arc::ptr_eq(&j.runtime, &runtime),
+                    Work::Wake(_) => false,
+                };
                 if let Some(Work::Job(j)) = succ.take_work_if(same_runtime) {
                     next = Some((succ, j));
                     continue;
