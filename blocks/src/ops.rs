@@ -125,6 +125,11 @@ const PERMUTE_TASKS_PER_WORKER: usize = 2;
 /// microseconds that fanning it out costs.
 const PARALLEL_BLOCK_ELEMS: usize = 1 << 18;
 
+/// Whether a block of `len` elements is moved by all of `threads` workers at once.
+fn fans_out(len: usize, threads: usize) -> bool {
+    threads > 1 && len >= PARALLEL_BLOCK_ELEMS
+}
+
 /// The bytes a permutation writes from which it streams its stores
 /// ([`Stores::Streaming`]): with source and destination together beyond a last-level cache
 /// of 32 MiB, the first blocks written are evicted before the permutation ends, so reading
@@ -594,16 +599,14 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             let group = std::mem::replace(group, Vec::with_capacity(group.len()));
             let (perm, plans) = (Arc::clone(&perm), plans.clone());
             let structures = (Arc::clone(self.structure()), Arc::clone(out.structure()));
-            // Large blocks are cut over the workers: such a task is not sequential.
-            let fan_out = |i: usize| {
-                threads > 1
-                    && self.structure().block(i).expect("checked id").len() >= PARALLEL_BLOCK_ELEMS
-            };
-            let parallel: SmallVec<[bool; 32]> = group
-                .iter()
-                .map(|&(i, _, _)| plans.is_some() && fan_out(i))
-                .collect();
-            let sequential = !parallel.contains(&true);
+            // Large planned blocks are cut over the workers: such a task is not sequential.
+            let sequential = plans.is_none()
+                || !group.iter().any(|&(i, _, _)| {
+                    fans_out(
+                        self.structure().block(i).expect("checked id").len(),
+                        threads,
+                    )
+                });
             schedule_placed(
                 "blocks.permute",
                 sequential,
@@ -632,7 +635,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                             // (extents checked when the arrays were made); a block's layout
                             // is one-to-one; the arrays' storage differs (checked), so the
                             // blocks do not overlap; no view of either lives.
-                            if !parallel[k] {
+                            if !fans_out(plan.len(), threads) {
                                 // SAFETY: see above.
                                 unsafe {
                                     cpu::permute_copy_planned(negate, conj, plan, y, x, stores)

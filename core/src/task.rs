@@ -132,12 +132,7 @@ impl TaskNode {
     /// Takes the node's work if `accept` says so (for whoever made the node ready, choosing
     /// what to run itself).
     pub(crate) fn take_work_if(&self, accept: impl FnOnce(&Work) -> bool) -> Option<Work> {
-        let mut state = self.state.lock();
-        if state.work.as_ref().is_some_and(accept) {
-            state.work.take()
-        } else {
-            None
-        }
+        self.state.lock().work.take_if(|work| accept(work))
     }
 
     /// Dispatches a ready node's work, in one critical section: work that `queue` accepts
@@ -160,11 +155,10 @@ impl TaskNode {
     /// is not queued (not ready yet, or handed out otherwise).
     pub(crate) fn take_queued(&self, accept: impl FnOnce(&Work) -> bool) -> Option<Work> {
         let mut state = self.state.lock();
-        if state.queued && state.work.as_ref().is_some_and(accept) {
-            state.work.take()
-        } else {
-            None
+        if !state.queued {
+            return None;
         }
+        state.work.take_if(|work| accept(work))
     }
 
     /// Marks the node done and pushes the successors it made ready onto `ready`.
