@@ -296,6 +296,61 @@ pub struct StridedMut<'a, T> {
     _life: PhantomData<&'a mut [T]>,
 }
 
+// SAFETY: a `StridedRef` is a shared borrow of elements of `T` for `'a`, as `&'a [T]` is:
+// moving or sharing it across threads only lets other threads read those elements, which is
+// sound when `T: Sync`.
+unsafe impl<T: Sync> Send for StridedRef<'_, T> {}
+// SAFETY: as for `Send`: shared access through `&StridedRef` only reads.
+unsafe impl<T: Sync> Sync for StridedRef<'_, T> {}
+// SAFETY: a `StridedMut` is an exclusive borrow of distinct elements of `T` for `'a`, as
+// `&'a mut [T]` is: moving it to another thread moves that exclusive access, which is sound
+// when `T: Send`.
+unsafe impl<T: Send> Send for StridedMut<'_, T> {}
+
+/// The index ranges of `parts` consecutive pieces of an axis of extent `n`, as equal as can
+/// be (the earlier ones one longer where `parts` does not divide `n`), none empty: at most
+/// `n` pieces, and one (empty) when `n` is 0.
+fn axis_pieces(n: usize, parts: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let parts = parts.clamp(1, n.max(1));
+    let (base, extra) = (n / parts, n % parts);
+    (0..parts).map(move |i| {
+        let start = i * base + i.min(extra);
+        start..start + base + usize::from(i < extra)
+    })
+}
+
+/// The parts of a view of `dims`, `strides` at `ptr` cut along `axis` (see
+/// [`StridedRef::split_axis`]): each part's base pointer (by wrapping offsets: a base is
+/// an element of the view, and the whole view is returned as is when it has none), dims and
+/// strides. `None` when `axis` is out of range.
+#[allow(clippy::type_complexity)]
+fn split_parts<P: Copy>(
+    ptr: P,
+    offset: impl Fn(P, isize) -> P,
+    dims: &[usize],
+    strides: &[isize],
+    axis: usize,
+    parts: usize,
+) -> Option<Vec<(P, SmallVec<[usize; AXES]>, SmallVec<[isize; AXES]>)>> {
+    let n = *dims.get(axis)?;
+    if dims.contains(&0) {
+        return Some(vec![(ptr, dims.into(), strides.into())]);
+    }
+    Some(
+        axis_pieces(n, parts)
+            .map(|r| {
+                let mut d: SmallVec<[usize; AXES]> = dims.into();
+                d[axis] = r.len();
+                (
+                    offset(ptr, r.start as isize * strides[axis]),
+                    d,
+                    strides.into(),
+                )
+            })
+            .collect(),
+    )
+}
+
 fn linear(dims: &[usize], strides: &[isize], index: &[usize]) -> Option<isize> {
     if index.len() != dims.len() {
         return None;
@@ -1405,6 +1460,70 @@ impl<'a, T: Copy> StridedRef<'a, T> {
             _life: PhantomData,
         })
     }
+
+    /// The view cut along `axis` into `parts` views of consecutive index ranges, in order,
+    /// as equal as can be (the earlier ones one index longer where `parts` does not divide
+    /// the axis), none empty: fewer parts when the axis is shorter, and the view itself when
+    /// it is empty. Views of equal dims cut alike, so their parts pair up element for
+    /// element (what an elementwise kernel spread over threads needs). `None` when `axis`
+    /// is out of range.
+    ///
+    /// ```
+    /// use tessera_core::SharedBuffer;
+    /// let b = SharedBuffer::from_fn(12, |i| i as f64);
+    /// // SAFETY: the extent is inside the buffer, and nothing writes it.
+    /// let v = unsafe { b.view(0, &[3, 4], &[1, 3]) };
+    /// let parts = v.split_axis(1, 3).unwrap();
+    /// let dims: Vec<&[usize]> = parts.iter().map(|p| p.dims()).collect();
+    /// assert_eq!(dims, [&[3, 2][..], &[3, 1], &[3, 1]]);
+    /// assert_eq!(parts[1].to_vec(), [6.0, 7.0, 8.0]);
+    /// ```
+    pub fn split_axis(&self, axis: usize, parts: usize) -> Option<Vec<StridedRef<'a, T>>> {
+        let cut = split_parts(
+            self.ptr,
+            <*const T>::wrapping_offset,
+            &self.dims,
+            &self.strides,
+            axis,
+            parts,
+        )?;
+        Some(
+            cut.into_iter()
+                .map(|(ptr, dims, strides)| StridedRef {
+                    ptr,
+                    dims,
+                    strides,
+                    _life: PhantomData,
+                })
+                .collect(),
+        )
+    }
+}
+
+impl<'a, T: Copy> StridedMut<'a, T> {
+    /// The view cut along `axis` as [`StridedRef::split_axis`] cuts it, into exclusive views
+    /// of disjoint elements (the parts hold disjoint index ranges, and a view's layout maps
+    /// distinct indices to distinct elements), which may be written on different threads.
+    pub fn split_axis(self, axis: usize, parts: usize) -> Option<Vec<StridedMut<'a, T>>> {
+        let cut = split_parts(
+            self.ptr,
+            <*mut T>::wrapping_offset,
+            &self.dims,
+            &self.strides,
+            axis,
+            parts,
+        )?;
+        Some(
+            cut.into_iter()
+                .map(|(ptr, dims, strides)| StridedMut {
+                    ptr,
+                    dims,
+                    strides,
+                    _life: PhantomData,
+                })
+                .collect(),
+        )
+    }
 }
 
 impl<T: Copy> StridedMut<'_, T> {
@@ -1902,6 +2021,69 @@ mod tests {
                 s
             })
             .collect()
+    }
+
+    /// A view cut along any axis, into any number of parts: the parts are non-empty, their
+    /// extents along the axis add up, each holds the elements of its index range of the
+    /// whole view (permuted and negative strides included); exclusive parts written on
+    /// threads of their own write every element of the view once.
+    #[test]
+    fn the_parts_of_a_split_view_hold_its_elements_once() {
+        let dims = [3_usize, 4, 5];
+        let n: usize = dims.iter().product();
+        let buf = SharedBuffer::<u64>::from_fn(n, |k| k as u64);
+        // Column-major, its axes reordered, and its last axis reversed (base at the far end).
+        let cm = column_major(&dims);
+        let layouts: [(usize, Vec<usize>, Vec<isize>); 3] = [
+            (0, dims.to_vec(), cm.clone()),
+            (0, vec![4, 5, 3], vec![cm[1], cm[2], cm[0]]),
+            (n - 12, dims.to_vec(), vec![cm[0], cm[1], -cm[2]]),
+        ];
+        for (offset, dims, strides) in &layouts {
+            // SAFETY: every layout lies inside the buffer (reversed: its base is the last
+            // slab); nothing writes the buffer while the view lives.
+            let whole = unsafe { buf.view(*offset, dims, strides) };
+            for axis in 0..3 {
+                for parts in [1, 2, 3, 7] {
+                    let cut = whole.split_axis(axis, parts).unwrap();
+                    assert_eq!(cut.len(), parts.min(dims[axis]));
+                    assert!(cut.iter().all(|p| !p.is_empty()));
+                    let mut start = 0;
+                    for part in &cut {
+                        for_each_offset(part.dims(), part.strides(), |k, _| {
+                            let mut index = vec![0; 3];
+                            let mut rest = k;
+                            for (i, &d) in index.iter_mut().zip(part.dims()) {
+                                (*i, rest) = (rest % d, rest / d);
+                            }
+                            let value = part.get(&index).unwrap();
+                            index[axis] += start;
+                            assert_eq!(Some(value), whole.get(&index), "{dims:?} axis {axis}");
+                        });
+                        start += part.dims()[axis];
+                    }
+                    assert_eq!(start, dims[axis]);
+                }
+            }
+            assert!(whole.split_axis(3, 2).is_none());
+        }
+        // Exclusive parts, each written on a thread of its own.
+        let out = SharedBuffer::<u64>::zeroed(n);
+        // SAFETY: the full extent of a fresh buffer, which only this view reaches.
+        let view = unsafe { out.view_mut(0, &dims, &column_major(&dims)) };
+        std::thread::scope(|scope| {
+            for (i, mut part) in view.split_axis(1, 3).unwrap().into_iter().enumerate() {
+                scope.spawn(move || part.update(|_, v| v + i as u64 + 1));
+            }
+        });
+        // SAFETY: the writers are done; nothing writes the buffer any more.
+        let written = unsafe { out.view(0, &[n], &[1]) }.to_vec();
+        let expected: Vec<u64> = (0..n).map(|k| [1, 1, 2, 3][k / 3 % 4]).collect();
+        assert_eq!(written, expected);
+        // An empty view is one part, itself.
+        // SAFETY: an empty view at the buffer's start.
+        let empty = unsafe { buf.view(0, &[0, 4], &[1, 1]) };
+        assert_eq!(empty.split_axis(1, 3).unwrap().len(), 1);
     }
 
     /// A plan cut into parts: the parts cover every element once (their lengths add up,
