@@ -11,8 +11,10 @@
 //!   few thousand elements), and enrolls on exactly those blocks' records: work on
 //!   different tasks' blocks runs in parallel and work on one block keeps program order.
 //!   Reductions (norm, inner) are one partial result per task plus one task that sums them.
-//!   A permuted block of at least [`PARALLEL_BLOCK_ELEMS`] is moved by all the workers of
-//!   its task's runtime, in parts that write disjoint elements.
+//! - A block (for elementwise work over every block, a coupled sector) of at least
+//!   [`PARALLEL_BLOCK_ELEMS`] is worked on by all the workers of its task's runtime, in
+//!   parts that write disjoint elements; a reduction adds its parts in an order fixed by
+//!   the layout, so its value does not depend on the number of workers.
 //! - A permutation runs from its plan ([`Permuted`], kept by the structure): the plan's
 //!   source structure and permutation are checked on the host, and each block moves through
 //!   a copy planned from its two layouts, which the first task to move it makes and the
@@ -28,7 +30,8 @@ use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
 use tessera_backends::cpu;
 use tessera_core::{
-    Alias, Async, CopyPlan, KernelError, Stores, schedule_named, schedule_sequential_named,
+    Alias, Async, CopyPlan, KernelError, Stores, StridedMut, StridedRef, schedule_named,
+    schedule_sequential_named,
 };
 
 /// The blocks an operation touches.
@@ -100,9 +103,10 @@ pub(crate) fn check_permuted<S: AbelianSector>(
 /// The fewest elements one task of an operation covers (unless the blocks run out).
 const GROUP_ELEMS: usize = 16 * 1024;
 
-/// The most elements of one coupled sector an elementwise task treats as one flat span; a
-/// larger sector's blocks get tasks of their own, which run in parallel.
-const SPAN_ELEMS: usize = 1 << 18;
+/// The elements of one part of a large view in an elementwise kernel ([`over_parts`]):
+/// half a megabyte of `f64`, a few tens of microseconds of work, so that the parts of a
+/// block of [`PARALLEL_BLOCK_ELEMS`] and up balance over the workers.
+const PART_ELEMS: usize = 1 << 16;
 
 /// How many elements one task of a permutation moving `total` elements on `threads` workers
 /// should cover: an equal share of [`PERMUTE_TASKS_PER_WORKER`] tasks per worker, but no
@@ -113,16 +117,46 @@ fn permute_task_elems(total: usize, threads: usize) -> usize {
         .max(GROUP_ELEMS)
 }
 
+/// Consecutive runs of items (blocks or coupled sectors) of these lengths, one task's each:
+/// at least [`GROUP_ELEMS`] elements per run (the last may hold fewer), and an item of
+/// [`PARALLEL_BLOCK_ELEMS`] and up alone, as its task spreads it over the workers.
+fn runs(lens: impl Iterator<Item = usize>) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut elems, mut n) = (0, 0, 0);
+    for (k, len) in lens.enumerate() {
+        n = k + 1;
+        if len >= PARALLEL_BLOCK_ELEMS {
+            if start < k {
+                out.push(start..k);
+            }
+            out.push(k..k + 1);
+            (start, elems) = (k + 1, 0);
+            continue;
+        }
+        elems += len;
+        if elems >= GROUP_ELEMS {
+            out.push(start..k + 1);
+            (start, elems) = (k + 1, 0);
+        }
+    }
+    if start < n {
+        out.push(start..n);
+    }
+    out
+}
+
 /// Tasks per worker of one permutation. Two, not more: the enrolling thread holds a core
 /// while it enrolls, and with 4,096-element blocks in cache four tasks per worker cost a
 /// tenth more time per permutation on two cores (measured beside one and two, which tie).
 const PERMUTE_TASKS_PER_WORKER: usize = 2;
 
-/// A block of at least this many elements is moved by all the workers at once, its copy
-/// plan cut into one part per worker ([`CopyPlan::split`]): a tensor with a few large
-/// blocks (the large sectors of a DMRG state) would otherwise be permuted by as many
-/// threads as it has blocks. Below this a block's copy takes less than the tens of
-/// microseconds that fanning it out costs.
+/// A block (or, for elementwise work over every block, a coupled sector) of at least this
+/// many elements is worked on by all the workers at once: a permuted block's copy plan is
+/// cut into one part per worker ([`CopyPlan::split`]), an elementwise kernel's views into
+/// parts of [`PART_ELEMS`] ([`over_parts`]). A tensor with a few large blocks (the large
+/// sectors of a DMRG state) would otherwise be worked on by as many threads as it has
+/// blocks. Below this a block's work takes less than the tens of microseconds that fanning
+/// it out costs.
 const PARALLEL_BLOCK_ELEMS: usize = 1 << 18;
 
 /// Whether a block of `len` elements is moved by all of `threads` workers at once.
@@ -168,6 +202,75 @@ fn kernel_error(e: impl std::error::Error + Send + Sync + 'static) -> KernelErro
     Box::new(e)
 }
 
+/// The operands of one elementwise kernel, cut alike into parts that pair up element for
+/// element ([`StridedRef::split_axis`]).
+trait Parts: Sized + Send {
+    /// The dims every operand shares.
+    fn dims(&self) -> &[usize];
+    /// The operands cut along `axis` into `parts`; operands of different dims are not cut
+    /// (one part: the kernel then reports the mismatch before it writes anything).
+    fn cut(self, axis: usize, parts: usize) -> Vec<Self>;
+}
+
+impl<T: Scalar> Parts for StridedRef<'_, T> {
+    fn dims(&self) -> &[usize] {
+        StridedRef::dims(self)
+    }
+    fn cut(self, axis: usize, parts: usize) -> Vec<Self> {
+        self.split_axis(axis, parts).expect("an axis of the view")
+    }
+}
+
+impl<T: Scalar> Parts for StridedMut<'_, T> {
+    fn dims(&self) -> &[usize] {
+        StridedMut::dims(self)
+    }
+    fn cut(self, axis: usize, parts: usize) -> Vec<Self> {
+        self.split_axis(axis, parts).expect("an axis of the view")
+    }
+}
+
+impl<A: Parts, B: Parts> Parts for (A, B) {
+    fn dims(&self) -> &[usize] {
+        self.0.dims()
+    }
+    fn cut(self, axis: usize, parts: usize) -> Vec<Self> {
+        if self.0.dims() != self.1.dims() {
+            return vec![self];
+        }
+        self.0
+            .cut(axis, parts)
+            .into_iter()
+            .zip(self.1.cut(axis, parts))
+            .collect()
+    }
+}
+
+/// `f` on each part of `views`, the parts' results in order. Views of fewer than
+/// [`PARALLEL_BLOCK_ELEMS`] elements are one part. Larger ones are cut along their longest
+/// axis into one part per [`PART_ELEMS`] elements, which run on the workers of the pool
+/// this task runs on when there are `threads > 1` (in order on this thread otherwise). The
+/// parts depend on the views' dims alone, so a reduction that adds the results in order
+/// gives the same value on any number of threads.
+fn over_parts<V: Parts, R: Send>(
+    views: V,
+    threads: usize,
+    f: impl Fn(V) -> R + Sync + Send,
+) -> Vec<R> {
+    let dims = views.dims();
+    let len: usize = dims.iter().product();
+    if len < PARALLEL_BLOCK_ELEMS {
+        return vec![f(views)];
+    }
+    let axis = (0..dims.len()).max_by_key(|&k| dims[k]).unwrap_or(0);
+    let parts = views.cut(axis, len.div_ceil(PART_ELEMS));
+    if threads > 1 {
+        parts.into_par_iter().map(f).collect()
+    } else {
+        parts.into_iter().map(f).collect()
+    }
+}
+
 impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     fn check_same_structure(&self, other: &Self) -> Result<(), Error> {
         if Arc::ptr_eq(self.structure(), other.structure()) || self.structure() == other.structure()
@@ -188,50 +291,39 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     }
 
     /// What the tasks of an elementwise operation cover: runs of consecutive entries of
-    /// `ids` holding at least [`GROUP_ELEMS`] elements each (the last may hold fewer); with
-    /// every block selected (`all`), runs of whole coupled sectors as flat spans instead
-    /// (elementwise work needs no block shapes), except that a sector above [`SPAN_ELEMS`]
-    /// keeps its blocks as separate runs, so its blocks' tasks still run in parallel.
+    /// `ids` ([`runs`] of their blocks); with every block selected (`all`), runs of whole
+    /// coupled sectors as flat spans instead (elementwise work needs no block shapes).
     fn pieces<'i>(&self, ids: &'i [usize], all: bool) -> Vec<Piece<'i>> {
-        let mut pieces = Vec::new();
-        let block_runs = |ids: &'i [usize], pieces: &mut Vec<Piece<'i>>| {
-            let (mut start, mut elems) = (0, 0);
-            for (k, &i) in ids.iter().enumerate() {
-                elems += self.structure().block(i).expect("ids were checked").len();
-                if elems >= GROUP_ELEMS {
-                    pieces.push(Piece::Blocks(&ids[start..=k]));
-                    (start, elems) = (k + 1, 0);
-                }
-            }
-            if start < ids.len() {
-                pieces.push(Piece::Blocks(&ids[start..]));
-            }
-        };
-        if !all {
-            block_runs(ids, &mut pieces);
-            return pieces;
+        let s = self.structure();
+        if all {
+            runs(s.sectors().iter().map(|c| c.len()))
+                .into_iter()
+                .map(Piece::Span)
+                .collect()
+        } else {
+            runs(
+                ids.iter()
+                    .map(|&i| s.block(i).expect("ids were checked").len()),
+            )
+            .into_iter()
+            .map(|r| Piece::Blocks(&ids[r]))
+            .collect()
         }
-        let (mut start, mut elems) = (0, 0);
-        for (c, sector) in self.structure().sectors().iter().enumerate() {
-            if sector.len() > SPAN_ELEMS {
-                if start < c {
-                    pieces.push(Piece::Span(start..c));
-                }
-                block_runs(&ids[sector.blocks()], &mut pieces);
-                (start, elems) = (c + 1, 0);
-                continue;
+    }
+
+    /// Whether a view of `piece` is spread over `threads` workers by [`over_parts`]: its
+    /// task is then scheduled as an ordinary task, not as a sequential one.
+    fn piece_fans_out(&self, piece: &Piece<'_>, threads: usize) -> bool {
+        let s = self.structure();
+        match piece {
+            Piece::Span(sectors) => {
+                let len = s.sectors()[sectors.clone()].iter().map(|c| c.len()).sum();
+                fans_out(len, threads)
             }
-            elems += sector.len();
-            if elems >= GROUP_ELEMS {
-                pieces.push(Piece::Span(start..c + 1));
-                (start, elems) = (c + 1, 0);
-            }
+            Piece::Blocks(ids) => ids
+                .iter()
+                .any(|&i| fans_out(s.block(i).expect("ids were checked").len(), threads)),
         }
-        let n = self.structure().sectors().len();
-        if start < n {
-            pieces.push(Piece::Span(start..n));
-        }
-        pieces
     }
 
     /// Reads of a piece, for one task.
@@ -268,10 +360,13 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// `self <- alpha * self` on the selected blocks.
     pub fn scale(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
         let ids = blocks.resolve(self.num_blocks())?;
+        let threads = tessera_core::Runtime::current().threads();
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
-            schedule_sequential_named("blocks.scale", self.writes(run, false), move |ys| {
-                for mut y in ys {
-                    cpu::scale(&mut y, alpha);
+            let sequential = !self.piece_fans_out(run, threads);
+            let access = self.writes(run, false);
+            schedule_placed("blocks.scale", sequential, access, move |ys| {
+                for y in ys {
+                    over_parts(y, threads, |mut y| cpu::scale(&mut y, alpha));
                 }
                 Ok(())
             })?;
@@ -291,11 +386,15 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             return Err(Error::AliasedOperands { operation: "axpy" });
         }
         let ids = blocks.resolve(self.num_blocks())?;
+        let threads = tessera_core::Runtime::current().threads();
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
+            let sequential = !self.piece_fans_out(run, threads);
             let access = (x.reads(run), self.writes(run, false));
-            schedule_sequential_named("blocks.axpy", access, move |(xs, ys)| {
-                for (x, mut y) in xs.into_iter().zip(ys) {
-                    cpu::axpy(alpha, &x, &mut y).map_err(kernel_error)?;
+            schedule_placed("blocks.axpy", sequential, access, move |(xs, ys)| {
+                for xy in xs.into_iter().zip(ys) {
+                    over_parts(xy, threads, |(x, mut y)| cpu::axpy(alpha, &x, &mut y))
+                        .into_iter()
+                        .try_for_each(|r| r.map_err(kernel_error))?;
                 }
                 Ok(())
             })?;
@@ -323,22 +422,31 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         } else {
             Self::zeros(Arc::clone(self.structure()))
         };
+        let threads = tessera_core::Runtime::current().threads();
         for run in &self.pieces(&ids, all) {
+            let sequential = !self.piece_fans_out(run, threads);
             let (xs, ys) = (self.reads(run), out.writes(run, true));
             match other {
-                None => schedule_sequential_named("blocks.copy", (xs, ys), move |(xs, ys)| {
-                    for (x, mut y) in xs.into_iter().zip(ys) {
-                        cpu::copy_scaled(alpha, &x, conj, T::ZERO, &mut y).map_err(kernel_error)?;
+                None => schedule_placed("blocks.copy", sequential, (xs, ys), move |(xs, ys)| {
+                    for xy in xs.into_iter().zip(ys) {
+                        over_parts(xy, threads, |(x, mut y)| {
+                            cpu::copy_scaled(alpha, &x, conj, T::ZERO, &mut y)
+                        })
+                        .into_iter()
+                        .try_for_each(|r| r.map_err(kernel_error))?;
                     }
                     Ok(())
                 })?,
                 Some((beta, o)) => {
                     let access = (xs, o.reads(run), ys);
-                    schedule_sequential_named("blocks.add", access, move |(xs, zs, ys)| {
-                        for ((x, z), mut y) in xs.into_iter().zip(zs).zip(ys) {
-                            cpu::copy_scaled(beta, &z, false, T::ZERO, &mut y)
-                                .map_err(kernel_error)?;
-                            cpu::axpy(alpha, &x, &mut y).map_err(kernel_error)?;
+                    schedule_placed("blocks.add", sequential, access, move |(xs, zs, ys)| {
+                        for xzy in xs.into_iter().zip(zs).zip(ys) {
+                            over_parts(xzy, threads, |((x, z), mut y)| {
+                                cpu::copy_scaled(beta, &z, false, T::ZERO, &mut y)?;
+                                cpu::axpy(alpha, &x, &mut y)
+                            })
+                            .into_iter()
+                            .try_for_each(|r| r.map_err(kernel_error))?;
                         }
                         Ok(())
                     })?
@@ -377,11 +485,17 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             });
         }
         let ids = blocks.resolve(self.num_blocks())?;
+        let threads = tessera_core::Runtime::current().threads();
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
+            let sequential = !self.piece_fans_out(run, threads);
             let access = (src.reads(run), self.writes(run, true));
-            schedule_sequential_named("blocks.copy", access, |(xs, ys)| {
-                for (x, mut y) in xs.into_iter().zip(ys) {
-                    cpu::copy_scaled(T::ONE, &x, false, T::ZERO, &mut y).map_err(kernel_error)?;
+            schedule_placed("blocks.copy", sequential, access, move |(xs, ys)| {
+                for xy in xs.into_iter().zip(ys) {
+                    over_parts(xy, threads, |(x, mut y)| {
+                        cpu::copy_scaled(T::ONE, &x, false, T::ZERO, &mut y)
+                    })
+                    .into_iter()
+                    .try_for_each(|r| r.map_err(kernel_error))?;
                 }
                 Ok(())
             })?;
@@ -414,20 +528,19 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// The Frobenius norm of the selected blocks, computed by scheduled tasks.
     pub fn norm(&self, blocks: Blocks<'_>) -> Result<Async<T::Real>, Error> {
         let ids = blocks.resolve(self.num_blocks())?;
+        let threads = tessera_core::Runtime::current().threads();
         let mut parts = Vec::new();
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let part = Async::new(T::Real::ZERO);
-            schedule_sequential_named(
-                "blocks.norm",
-                (self.reads(run), part.overwrite()),
-                |(xs, p)| {
-                    *p = xs
-                        .iter()
-                        .map(|x| cpu::norm_sqr(x))
-                        .fold(T::Real::ZERO, |a, b| a + b);
-                    Ok(())
-                },
-            )?;
+            let sequential = !self.piece_fans_out(run, threads);
+            let access = (self.reads(run), part.overwrite());
+            schedule_placed("blocks.norm", sequential, access, move |(xs, p)| {
+                *p = xs
+                    .into_iter()
+                    .flat_map(|x| over_parts(x, threads, |x| cpu::norm_sqr(&x)))
+                    .fold(T::Real::ZERO, |a, b| a + b);
+                Ok(())
+            })?;
             parts.push(part);
         }
         Self::reduce(parts, T::sqrt_real)
@@ -437,14 +550,18 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     pub fn inner(&self, other: &Self, blocks: Blocks<'_>) -> Result<Async<T>, Error> {
         self.check_same_structure(other)?;
         let ids = blocks.resolve(self.num_blocks())?;
+        let threads = tessera_core::Runtime::current().threads();
         let mut parts = Vec::new();
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let part = Async::new(T::ZERO);
+            let sequential = !self.piece_fans_out(run, threads);
             let access = (self.reads(run), other.reads(run), part.overwrite());
-            schedule_sequential_named("blocks.inner", access, |(xs, ys, p)| {
+            schedule_placed("blocks.inner", sequential, access, move |(xs, ys, p)| {
                 let mut acc = T::ZERO;
-                for (x, y) in xs.iter().zip(&ys) {
-                    acc += cpu::dot(x, y).map_err(kernel_error)?;
+                for xy in xs.into_iter().zip(ys) {
+                    for r in over_parts(xy, threads, |(x, y)| cpu::dot(&x, &y)) {
+                        acc += r.map_err(kernel_error)?;
+                    }
                 }
                 *p = acc;
                 Ok(())
@@ -1483,36 +1600,97 @@ mod span_tests {
     use super::*;
     use crate::{Direction, Leg, Trivial};
 
-    /// Elementwise operations over every block take both paths: a coupled sector of 3 x 3
-    /// blocks above `SPAN_ELEMS` elements (its blocks as tasks of their own), and forty
-    /// small sectors (one flat span).
+    /// Elementwise operations take every path: a coupled sector of 3 x 3 blocks holding
+    /// more than `PARALLEL_BLOCK_ELEMS` elements (one span, spread over the workers), one
+    /// block that large selected beside small ones (spread too), and forty small sectors
+    /// (one flat span); on one worker and on two, where the reductions give the same bits.
     #[test]
     fn elementwise_operations_over_big_and_small_sectors_match_the_dense_result() {
-        let big = Leg::<Trivial>::tiling(&[400, 300, 250]).unwrap();
+        let big = Leg::<Trivial>::tiling(&[600, 300, 50]).unwrap();
         let s = Arc::new(BlockStructure::new([big.clone()], [big.dual()], Trivial).unwrap());
-        assert!(s.sectors()[0].len() > SPAN_ELEMS && s.num_blocks() == 9);
+        assert!(s.sectors()[0].len() >= PARALLEL_BLOCK_ELEMS && s.num_blocks() == 9);
+        let len = |i: usize| s.block(i).unwrap().len();
+        let large = (0..9).find(|&i| len(i) >= PARALLEL_BLOCK_ELEMS).unwrap();
+        let others: Vec<usize> = (0..9).filter(|&i| len(i) < PARALLEL_BLOCK_ELEMS).collect();
+        let selected = [large, others[0], others[4]];
         let small = Leg::new(Direction::In, (0..40).map(|q| (crate::U1(q), 3))).unwrap();
         let u =
             Arc::new(BlockStructure::new([small.clone()], [small.dual()], crate::U1(0)).unwrap());
-        let (x, y) = (
-            AsyncArray::<f64, Trivial>::random(Arc::clone(&s), 1),
-            AsyncArray::random(Arc::clone(&s), 2),
+        let mut sums = Vec::new();
+        for threads in [1, 2] {
+            tessera_core::Runtime::new(threads).unwrap().enter(|| {
+                let (x, y) = (
+                    AsyncArray::<f64, Trivial>::random(Arc::clone(&s), 1),
+                    AsyncArray::random(Arc::clone(&s), 2),
+                );
+                sums.push(check(&x, &y));
+                sums.push(check_selected(&x, &y, &selected));
+                let (x, y) = (
+                    AsyncArray::<f64, crate::U1>::random(Arc::clone(&u), 3),
+                    AsyncArray::random(Arc::clone(&u), 4),
+                );
+                check(&x, &y);
+            });
+        }
+        assert_eq!(
+            sums[..2],
+            sums[2..],
+            "the reductions on one worker and on two"
         );
-        check(&x, &y);
-        let (x, y) = (
-            AsyncArray::<f64, crate::U1>::random(Arc::clone(&u), 3),
-            AsyncArray::random(u, 4),
-        );
-        check(&x, &y);
     }
 
-    fn check<S: AbelianSector>(x: &AsyncArray<f64, S>, y: &AsyncArray<f64, S>) {
+    /// The operations on the `ids` blocks alone, block by block against their data; the
+    /// norm and inner product of those blocks.
+    fn check_selected<S: AbelianSector>(
+        x: &AsyncArray<f64, S>,
+        y: &AsyncArray<f64, S>,
+        ids: &[usize],
+    ) -> (f64, f64) {
+        let (bx, by) = (x.to_blocks().unwrap(), y.to_blocks().unwrap());
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * (1.0 + b.abs());
+        let only = Blocks::Only(ids);
+        let each = |got: &[Vec<f64>], f: &dyn Fn(usize, f64, f64) -> f64| {
+            for (i, block) in got.iter().enumerate() {
+                let want = bx[i].iter().zip(&by[i]).map(|(&a, &b)| f(i, a, b));
+                assert!(
+                    block.iter().zip(want).all(|(&g, w)| close(g, w)),
+                    "block {i}"
+                );
+            }
+        };
+        let picked = |i: usize| ids.contains(&i);
+        let z = x.duplicate();
+        z.axpy(-2.0, y, only).unwrap();
+        z.scale(0.5, only).unwrap();
+        each(&z.to_blocks().unwrap(), &|i, a, b| {
+            if picked(i) { 0.5 * (a - 2.0 * b) } else { a }
+        });
+        let sum = x.add(y, only).unwrap().to_blocks().unwrap();
+        each(&sum, &|i, a, b| if picked(i) { a + b } else { 0.0 });
+        z.copy_from(y, only).unwrap();
+        each(&z.to_blocks().unwrap(), &|i, a, b| {
+            if picked(i) { b } else { a }
+        });
+        let sq = |i: &usize| bx[*i].iter().map(|a| a * a).sum::<f64>();
+        let dot = |i: &usize| bx[*i].iter().zip(&by[*i]).map(|(a, b)| a * b).sum::<f64>();
+        let norm = x.norm(only).unwrap().get().unwrap();
+        let inner = x.inner(y, only).unwrap().get().unwrap();
+        assert!(close(norm, ids.iter().map(sq).sum::<f64>().sqrt()));
+        assert!(close(inner, ids.iter().map(dot).sum()));
+        (norm, inner)
+    }
+
+    /// The operations on every block against the dense data; the norm and inner product.
+    fn check<S: AbelianSector>(x: &AsyncArray<f64, S>, y: &AsyncArray<f64, S>) -> (f64, f64) {
         let (dx, dy) = (x.to_dense().unwrap(), y.to_dense().unwrap());
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * (1.0 + b.abs());
         let dot: f64 = dx.iter().zip(&dy).map(|(a, b)| a * b).sum();
-        assert!(close(x.inner(y, Blocks::All).unwrap().get().unwrap(), dot));
+        let inner = x.inner(y, Blocks::All).unwrap().get().unwrap();
+        assert!(close(inner, dot));
         let nrm = dx.iter().map(|a| a * a).sum::<f64>().sqrt();
-        assert!(close(x.norm(Blocks::All).unwrap().get().unwrap(), nrm));
+        let norm = x.norm(Blocks::All).unwrap().get().unwrap();
+        assert!(close(norm, nrm));
+        assert_eq!(x.conj(Blocks::All).unwrap().to_dense().unwrap(), dx);
         let sum = x.add(y, Blocks::All).unwrap().to_dense().unwrap();
         assert!(
             sum.iter()
@@ -1530,5 +1708,6 @@ mod span_tests {
         );
         z.copy_from(y, Blocks::All).unwrap();
         assert_eq!(z.to_dense().unwrap(), dy);
+        (norm, inner)
     }
 }
