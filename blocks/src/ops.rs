@@ -205,16 +205,21 @@ fn kernel_error(e: impl std::error::Error + Send + Sync + 'static) -> KernelErro
 /// The operands of one elementwise kernel, cut alike into parts that pair up element for
 /// element ([`StridedRef::split_axis`]).
 trait Parts: Sized + Send {
-    /// The dims every operand shares.
+    /// The dims of the first operand.
     fn dims(&self) -> &[usize];
-    /// The operands cut along `axis` into `parts`; operands of different dims are not cut
-    /// (one part: the kernel then reports the mismatch before it writes anything).
+    /// Whether every operand has those dims (else the operands are not cut: the kernel
+    /// reports the mismatch before it writes anything).
+    fn alike(&self) -> bool;
+    /// The operands cut along `axis` into `parts`; they are [`alike`](Parts::alike).
     fn cut(self, axis: usize, parts: usize) -> Vec<Self>;
 }
 
 impl<T: Scalar> Parts for StridedRef<'_, T> {
     fn dims(&self) -> &[usize] {
         StridedRef::dims(self)
+    }
+    fn alike(&self) -> bool {
+        true
     }
     fn cut(self, axis: usize, parts: usize) -> Vec<Self> {
         self.split_axis(axis, parts).expect("an axis of the view")
@@ -225,6 +230,9 @@ impl<T: Scalar> Parts for StridedMut<'_, T> {
     fn dims(&self) -> &[usize] {
         StridedMut::dims(self)
     }
+    fn alike(&self) -> bool {
+        true
+    }
     fn cut(self, axis: usize, parts: usize) -> Vec<Self> {
         self.split_axis(axis, parts).expect("an axis of the view")
     }
@@ -234,10 +242,10 @@ impl<A: Parts, B: Parts> Parts for (A, B) {
     fn dims(&self) -> &[usize] {
         self.0.dims()
     }
+    fn alike(&self) -> bool {
+        self.0.alike() && self.1.alike() && self.0.dims() == self.1.dims()
+    }
     fn cut(self, axis: usize, parts: usize) -> Vec<Self> {
-        if self.0.dims() != self.1.dims() {
-            return vec![self];
-        }
         self.0
             .cut(axis, parts)
             .into_iter()
@@ -259,7 +267,7 @@ fn over_parts<V: Parts, R: Send>(
 ) -> Vec<R> {
     let dims = views.dims();
     let len: usize = dims.iter().product();
-    if len < PARALLEL_BLOCK_ELEMS {
+    if len < PARALLEL_BLOCK_ELEMS || !views.alike() {
         return vec![f(views)];
     }
     let axis = (0..dims.len()).max_by_key(|&k| dims[k]).unwrap_or(0);

@@ -319,33 +319,27 @@ fn axis_pieces(n: usize, parts: usize) -> impl Iterator<Item = std::ops::Range<u
     })
 }
 
-/// The parts of a view of `dims`, `strides` at `ptr` cut along `axis` (see
-/// [`StridedRef::split_axis`]): each part's base pointer (by wrapping offsets: a base is
-/// an element of the view, and the whole view is returned as is when it has none), dims and
-/// strides. `None` when `axis` is out of range.
-#[allow(clippy::type_complexity)]
-fn split_parts<P: Copy>(
-    ptr: P,
-    offset: impl Fn(P, isize) -> P,
+/// The parts of a view of `dims` and `strides` cut along `axis` (see
+/// [`StridedRef::split_axis`]), each made by `make` from its base's offset from the view's
+/// base (in elements) and its dims; the view itself (offset 0) when it has no element.
+/// `None` when `axis` is out of range.
+fn split_parts<V>(
     dims: &[usize],
     strides: &[isize],
     axis: usize,
     parts: usize,
-) -> Option<Vec<(P, SmallVec<[usize; AXES]>, SmallVec<[isize; AXES]>)>> {
-    let n = *dims.get(axis)?;
+    make: impl Fn(isize, SmallVec<[usize; AXES]>) -> V,
+) -> Option<Vec<V>> {
+    let (n, step) = (*dims.get(axis)?, *strides.get(axis)?);
     if dims.contains(&0) {
-        return Some(vec![(ptr, dims.into(), strides.into())]);
+        return Some(vec![make(0, dims.into())]);
     }
     Some(
         axis_pieces(n, parts)
             .map(|r| {
                 let mut d: SmallVec<[usize; AXES]> = dims.into();
                 d[axis] = r.len();
-                (
-                    offset(ptr, r.start as isize * strides[axis]),
-                    d,
-                    strides.into(),
-                )
+                make(r.start as isize * step, d)
             })
             .collect(),
     )
@@ -1479,24 +1473,15 @@ impl<'a, T: Copy> StridedRef<'a, T> {
     /// assert_eq!(parts[1].to_vec(), [6.0, 7.0, 8.0]);
     /// ```
     pub fn split_axis(&self, axis: usize, parts: usize) -> Option<Vec<StridedRef<'a, T>>> {
-        let cut = split_parts(
-            self.ptr,
-            <*const T>::wrapping_offset,
-            &self.dims,
-            &self.strides,
-            axis,
-            parts,
-        )?;
-        Some(
-            cut.into_iter()
-                .map(|(ptr, dims, strides)| StridedRef {
-                    ptr,
-                    dims,
-                    strides,
-                    _life: PhantomData,
-                })
-                .collect(),
-        )
+        // Wrapping offsets: each base is an element of the view (or the view's own base).
+        split_parts(&self.dims, &self.strides, axis, parts, |at, dims| {
+            StridedRef {
+                ptr: self.ptr.wrapping_offset(at),
+                dims,
+                strides: self.strides.clone(),
+                _life: PhantomData,
+            }
+        })
     }
 }
 
@@ -1505,24 +1490,15 @@ impl<'a, T: Copy> StridedMut<'a, T> {
     /// of disjoint elements (the parts hold disjoint index ranges, and a view's layout maps
     /// distinct indices to distinct elements), which may be written on different threads.
     pub fn split_axis(self, axis: usize, parts: usize) -> Option<Vec<StridedMut<'a, T>>> {
-        let cut = split_parts(
-            self.ptr,
-            <*mut T>::wrapping_offset,
-            &self.dims,
-            &self.strides,
-            axis,
-            parts,
-        )?;
-        Some(
-            cut.into_iter()
-                .map(|(ptr, dims, strides)| StridedMut {
-                    ptr,
-                    dims,
-                    strides,
-                    _life: PhantomData,
-                })
-                .collect(),
-        )
+        // As for `StridedRef::split_axis`.
+        split_parts(&self.dims, &self.strides, axis, parts, |at, dims| {
+            StridedMut {
+                ptr: self.ptr.wrapping_offset(at),
+                dims,
+                strides: self.strides.clone(),
+                _life: PhantomData,
+            }
+        })
     }
 }
 
