@@ -279,6 +279,18 @@ fn over_parts<V: Parts, R: Send>(
     }
 }
 
+/// [`over_parts`] for a kernel that can fail (on operands of different dims): the first
+/// failure, in the parts' order, as the task's error.
+fn try_over_parts<V: Parts, E: std::error::Error + Send + Sync + 'static>(
+    views: V,
+    threads: usize,
+    f: impl Fn(V) -> Result<(), E> + Sync + Send,
+) -> Result<(), KernelError> {
+    over_parts(views, threads, f)
+        .into_iter()
+        .try_for_each(|r| r.map_err(kernel_error))
+}
+
 impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     fn check_same_structure(&self, other: &Self) -> Result<(), Error> {
         if Arc::ptr_eq(self.structure(), other.structure()) || self.structure() == other.structure()
@@ -328,10 +340,15 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                 let len = s.sectors()[sectors.clone()].iter().map(|c| c.len()).sum();
                 fans_out(len, threads)
             }
-            Piece::Blocks(ids) => ids
-                .iter()
-                .any(|&i| fans_out(s.block(i).expect("ids were checked").len(), threads)),
+            Piece::Blocks(ids) => self.any_block_fans_out(ids.iter().copied(), threads),
         }
+    }
+
+    /// Whether any of these blocks is spread over `threads` workers ([`fans_out`]).
+    fn any_block_fans_out(&self, ids: impl IntoIterator<Item = usize>, threads: usize) -> bool {
+        let s = self.structure();
+        ids.into_iter()
+            .any(|i| fans_out(s.block(i).expect("ids were checked").len(), threads))
     }
 
     /// Reads of a piece, for one task.
@@ -400,9 +417,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             let access = (x.reads(run), self.writes(run, false));
             schedule_placed("blocks.axpy", sequential, access, move |(xs, ys)| {
                 for xy in xs.into_iter().zip(ys) {
-                    over_parts(xy, threads, |(x, mut y)| cpu::axpy(alpha, &x, &mut y))
-                        .into_iter()
-                        .try_for_each(|r| r.map_err(kernel_error))?;
+                    try_over_parts(xy, threads, |(x, mut y)| cpu::axpy(alpha, &x, &mut y))?;
                 }
                 Ok(())
             })?;
@@ -437,11 +452,9 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             match other {
                 None => schedule_placed("blocks.copy", sequential, (xs, ys), move |(xs, ys)| {
                     for xy in xs.into_iter().zip(ys) {
-                        over_parts(xy, threads, |(x, mut y)| {
+                        try_over_parts(xy, threads, |(x, mut y)| {
                             cpu::copy_scaled(alpha, &x, conj, T::ZERO, &mut y)
-                        })
-                        .into_iter()
-                        .try_for_each(|r| r.map_err(kernel_error))?;
+                        })?;
                     }
                     Ok(())
                 })?,
@@ -449,12 +462,10 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                     let access = (xs, o.reads(run), ys);
                     schedule_placed("blocks.add", sequential, access, move |(xs, zs, ys)| {
                         for xzy in xs.into_iter().zip(zs).zip(ys) {
-                            over_parts(xzy, threads, |((x, z), mut y)| {
+                            try_over_parts(xzy, threads, |((x, z), mut y)| {
                                 cpu::copy_scaled(beta, &z, false, T::ZERO, &mut y)?;
                                 cpu::axpy(alpha, &x, &mut y)
-                            })
-                            .into_iter()
-                            .try_for_each(|r| r.map_err(kernel_error))?;
+                            })?;
                         }
                         Ok(())
                     })?
@@ -499,11 +510,9 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             let access = (src.reads(run), self.writes(run, true));
             schedule_placed("blocks.copy", sequential, access, move |(xs, ys)| {
                 for xy in xs.into_iter().zip(ys) {
-                    over_parts(xy, threads, |(x, mut y)| {
+                    try_over_parts(xy, threads, |(x, mut y)| {
                         cpu::copy_scaled(T::ONE, &x, false, T::ZERO, &mut y)
-                    })
-                    .into_iter()
-                    .try_for_each(|r| r.map_err(kernel_error))?;
+                    })?;
                 }
                 Ok(())
             })?;
@@ -725,13 +734,8 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             let (perm, plans) = (Arc::clone(&perm), plans.clone());
             let structures = (Arc::clone(self.structure()), Arc::clone(out.structure()));
             // Large planned blocks are cut over the workers: such a task is not sequential.
-            let sequential = plans.is_none()
-                || !group.iter().any(|&(i, _, _)| {
-                    fans_out(
-                        self.structure().block(i).expect("checked id").len(),
-                        threads,
-                    )
-                });
+            let sequential =
+                plans.is_none() || !self.any_block_fans_out(group.iter().map(|m| m.0), threads);
             schedule_placed(
                 "blocks.permute",
                 sequential,

@@ -74,11 +74,14 @@ pub(crate) struct Latch {
     state: loom::sync::Mutex<bool>,
     #[cfg(loom)]
     cond: loom::sync::Condvar,
+    /// Guards `set` for the condvar: a waiter checks `set` and parks under it, a setter
+    /// stores `set` and notifies under it, so no wake-up is lost.
     #[cfg(not(loom))]
-    state: parking_lot::Mutex<bool>,
+    parking: parking_lot::Mutex<()>,
     #[cfg(not(loom))]
     cond: parking_lot::Condvar,
-    /// Set (with release) once `state` is, for polls that do not take the lock.
+    /// Whether the latch is set: stored (with release) under `parking`, read (with acquire)
+    /// by polls without it.
     #[cfg(not(loom))]
     set: std::sync::atomic::AtomicBool,
 }
@@ -88,10 +91,10 @@ impl Latch {
         Self::default()
     }
 
-    /// Sets the latch and wakes every waiter. Memory ordering: the mutex release here
-    /// synchronises with the acquire in [`Latch::wait`], and the release store of `set` with
-    /// the acquire loads that poll it, so everything written before `set` is visible after
-    /// `wait` returns or `is_set` says so.
+    /// Sets the latch and wakes every waiter. Memory ordering: the release store of `set`
+    /// (under the loom model, the mutex release) synchronises with the acquire that sees it,
+    /// so everything written before `set` is visible after `wait` returns or `is_set` says
+    /// so.
     pub(crate) fn set(&self) {
         #[cfg(loom)]
         {
@@ -100,7 +103,7 @@ impl Latch {
         }
         #[cfg(not(loom))]
         {
-            *self.state.lock() = true;
+            let _parking = self.parking.lock();
             self.set.store(true, std::sync::atomic::Ordering::Release);
             self.cond.notify_all();
         }
@@ -133,9 +136,9 @@ impl Latch {
             let start = std::time::Instant::now();
             while !self.is_set() {
                 if start.elapsed() >= POLL_BEFORE_PARK {
-                    let mut set = self.state.lock();
-                    while !*set {
-                        self.cond.wait(&mut set);
+                    let mut parking = self.parking.lock();
+                    while !self.is_set() {
+                        self.cond.wait(&mut parking);
                     }
                     return;
                 }
