@@ -28,6 +28,16 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A spec gives an operand (or the output) more legs than the documented limit.
+    #[error("operand {operand} has {given} legs; expected at most {limit}")]
+    TooManyLegs {
+        /// `"A"`, `"B"` or `"the output"`.
+        operand: &'static str,
+        /// The limit ([`MAX_LEGS`](crate::spec::MAX_LEGS)).
+        limit: usize,
+        /// The legs given.
+        given: usize,
+    },
     /// An operand has a different number of legs than its labels.
     #[error("operand {operand} has {given} legs, but the spec labels {expected}")]
     Arity {

@@ -109,6 +109,19 @@ impl<S: AbelianSector> Network<S> {
                 ));
             }
         }
+        for (i, n) in nodes.iter().enumerate() {
+            let twice = n
+                .labels
+                .iter()
+                .enumerate()
+                .find(|(k, c)| n.labels[..*k].contains(c));
+            if let Some((_, c)) = twice {
+                return bad(format!(
+                    "label {c:?} is on two legs of tensor {i}; expected each label once per \
+                     tensor (a partial trace within one tensor is not a network contraction)"
+                ));
+            }
+        }
         let mut count: HashMap<char, usize> = HashMap::new();
         for c in nodes.iter().flat_map(|n| &n.labels) {
             *count.entry(*c).or_default() += 1;
@@ -156,7 +169,7 @@ impl<S: AbelianSector> Network<S> {
             };
             let a = take(&mut nodes, x)?;
             let b = take(&mut nodes, y)?;
-            flops += pair_flops(&a, &b);
+            flops = add_flops(flops, pair_flops(&a, &b)?)?;
             nodes.push(Some(merge(&a, &b)?));
         }
         Ok(flops)
@@ -179,7 +192,7 @@ impl<S: AbelianSector> Network<S> {
                 for j in i + 1..live.len() {
                     let (a, b) = (&live[i].1, &live[j].1);
                     let connected = a.labels.iter().any(|c| b.labels.contains(c));
-                    let key = (!connected, pair_flops(a, b), i, j);
+                    let key = (!connected, pair_flops(a, b)?, i, j);
                     if best.is_none_or(|b| key < b) {
                         best = Some(key);
                     }
@@ -188,7 +201,7 @@ impl<S: AbelianSector> Network<S> {
             let (_, f, i, j) = best.expect("two live nodes");
             let (id_b, b) = live.remove(j);
             let (id_a, a) = live.remove(i);
-            flops += f;
+            flops = add_flops(flops, f)?;
             steps.push((id_a, id_b));
             live.push((n + steps.len() - 1, merge(&a, &b)?));
         }
@@ -203,7 +216,7 @@ impl<S: AbelianSector> Network<S> {
     ///
     /// [`Error::Network`] above [`MAX_EXHAUSTIVE`] tensors; leg errors of intermediates.
     pub fn optimal(&self) -> Result<Order, Error> {
-        self.search(|a, b| pair_flops(a, b))
+        self.search(pair_flops)
     }
 
     /// The order a dense library would choose: the cheapest by dense dimensions (`2` times
@@ -222,9 +235,9 @@ impl<S: AbelianSector> Network<S> {
                     .filter(|(c, _)| !skip.contains(c))
                     .fold(1_u64, |acc, (_, l)| acc.saturating_mul(l.dim() as u64))
             };
-            2_u64
+            Ok(2_u64
                 .saturating_mul(dims(a, &[]))
-                .saturating_mul(dims(b, &a.labels))
+                .saturating_mul(dims(b, &a.labels)))
         })?;
         let flops = self.cost(&order.steps)?;
         Ok(Order {
@@ -233,7 +246,10 @@ impl<S: AbelianSector> Network<S> {
         })
     }
 
-    fn search(&self, cost: impl Fn(&Node<S>, &Node<S>) -> u64) -> Result<Order, Error> {
+    fn search(
+        &self,
+        cost: impl Fn(&Node<S>, &Node<S>) -> Result<u64, Error>,
+    ) -> Result<Order, Error> {
         let n = self.tensors.len();
         if n > MAX_EXHAUSTIVE {
             return Err(Error::Network {
@@ -263,7 +279,8 @@ impl<S: AbelianSector> Network<S> {
                     let (c1, _, n1) = best[s1].as_ref().expect("smaller subsets first");
                     let (c2, _, n2) = best[s2].as_ref().expect("smaller subsets first");
                     let connected = n1.labels.iter().any(|c| n2.labels.contains(c));
-                    let key = (!connected, c1 + c2 + cost(n1, n2), s1);
+                    let total = add_flops(add_flops(*c1, *c2)?, cost(n1, n2)?)?;
+                    let key = (!connected, total, s1);
                     if found.is_none_or(|f| key < f) {
                         found = Some(key);
                     }
@@ -283,8 +300,15 @@ impl<S: AbelianSector> Network<S> {
         Ok(Order { steps, flops })
     }
 
-    /// Contracts the network in `order`; returns the result and its leg labels (the free
-    /// labels, in the order the steps produced them).
+    /// Contracts the network in `order`; returns the result and its leg labels: the free
+    /// labels in network order (tensor 0's free legs in their order, then tensor 1's, ...),
+    /// whatever the order of the steps, so every order gives the same tensor.
+    ///
+    /// For fermionic sectors the network means the graded product of its tensors in list
+    /// order, each contracted pair evaluated by the crate's sign convention (see the crate
+    /// docs, "Fermionic sign convention"); a step that joins nodes out of list order pays
+    /// `(-1)` for every pair of odd tensors (odd flux) it moves past each other, so the
+    /// result does not depend on the order chosen.
     ///
     /// # Errors
     ///
@@ -308,22 +332,54 @@ impl<S: AbelianSector> Network<S> {
             }
         }
         self.cost(&order.steps)?; // validates the steps before anything is enrolled
-        let mut made: Vec<Option<Labelled<T, S>>> = Vec::new();
-        let label_of = |i: usize, made: &[Option<Labelled<T, S>>]| -> Vec<char> {
-            if i < n {
-                self.tensors[i].labels.clone()
-            } else {
-                made[i - n].as_ref().expect("validated order").1.clone()
+        // Where each label first appears: its place in the network order.
+        let mut origin: HashMap<char, (usize, usize)> = HashMap::new();
+        for (i, t) in self.tensors.iter().enumerate() {
+            for (k, &c) in t.labels.iter().enumerate() {
+                origin.entry(c).or_insert((i, k));
             }
-        };
+        }
+        // Per node: its array (None for an input), labels, tensors (sorted) and their odd ones.
+        struct Made<T: Field, S: AbelianSector> {
+            array: AsyncArray<T, S>,
+            labels: Vec<char>,
+            tensors: Vec<usize>,
+        }
+        let odd: Vec<bool> = self
+            .tensors
+            .iter()
+            .map(|t| t.structure.flux().parity())
+            .collect();
+        let mut made: Vec<Option<Made<T, S>>> = Vec::new();
         for &(x, y) in &order.steps {
-            let (la, lb) = (label_of(x, &made), label_of(y, &made));
-            let out: Vec<char> = la
+            let node = |i: usize, made: &[Option<Made<T, S>>]| -> (Vec<char>, Vec<usize>) {
+                if i < n {
+                    (self.tensors[i].labels.clone(), vec![i])
+                } else {
+                    let m = made[i - n].as_ref().expect("validated order");
+                    (m.labels.clone(), m.tensors.clone())
+                }
+            };
+            let ((la, ta), (lb, tb)) = (node(x, &made), node(y, &made));
+            let mut out: Vec<char> = la
                 .iter()
                 .filter(|c| !lb.contains(c))
                 .chain(lb.iter().filter(|c| !la.contains(c)))
                 .copied()
                 .collect();
+            out.sort_by_key(|c| origin[c]);
+            // (-1) per pair of odd tensors that the step's operand order (x's, then y's)
+            // puts out of network order.
+            let swaps = ta
+                .iter()
+                .filter(|&&i| odd[i])
+                .map(|&i| tb.iter().filter(|&&j| j < i && odd[j]).count())
+                .sum::<usize>();
+            let alpha = if swaps % 2 == 1 {
+                T::ZERO - T::ONE
+            } else {
+                T::ONE
+            };
             let spec = format!(
                 "{},{}->{}",
                 la.iter().collect::<String>(),
@@ -336,20 +392,26 @@ impl<S: AbelianSector> Network<S> {
                     if i < n {
                         arrays[i]
                     } else {
-                        &made[i - n].as_ref().expect("validated order").0
+                        &made[i - n].as_ref().expect("validated order").array
                     }
                 };
-                c.apply(T::ONE, get(x), get(y))?
+                c.apply(alpha, get(x), get(y))?
             };
             for i in [x, y] {
                 if i >= n {
                     made[i - n] = None; // an intermediate is used once
                 }
             }
-            made.push(Some((result, out)));
+            let mut tensors: Vec<usize> = ta.into_iter().chain(tb).collect();
+            tensors.sort_unstable();
+            made.push(Some(Made {
+                array: result,
+                labels: out,
+                tensors,
+            }));
         }
         match made.pop() {
-            Some(Some(last)) => Ok(last),
+            Some(Some(last)) => Ok((last.array, last.labels)),
             _ => Ok((arrays[0].duplicate(), self.tensors[0].labels.clone())),
         }
     }
@@ -391,9 +453,22 @@ fn merge<S: AbelianSector>(a: &Node<S>, b: &Node<S>) -> Result<Node<S>, Error> {
     })
 }
 
+fn flops_overflow() -> Error {
+    tessera_blocks::Error::Overflow {
+        what: "the flop count of a contraction order",
+    }
+    .into()
+}
+
+/// `a + b` flops, or [`Error::Blocks`] `Overflow` past `u64`.
+fn add_flops(a: u64, b: u64) -> Result<u64, Error> {
+    a.checked_add(b).ok_or_else(flops_overflow)
+}
+
 /// The flops of contracting `a` with `b` over their shared labels: for each tuple of
-/// contracted segments, `2 * k * (sum of a's row sizes) * (sum of b's column sizes)`.
-fn pair_flops<S: AbelianSector>(a: &Node<S>, b: &Node<S>) -> u64 {
+/// contracted segments, `2 * k * (sum of a's row sizes) * (sum of b's column sizes)`,
+/// computed checked ([`Error::Blocks`] `Overflow` past `u64`).
+fn pair_flops<S: AbelianSector>(a: &Node<S>, b: &Node<S>) -> Result<u64, Error> {
     let shared: Vec<char> = a
         .labels
         .iter()
@@ -407,21 +482,38 @@ fn pair_flops<S: AbelianSector>(a: &Node<S>, b: &Node<S>) -> u64 {
             .collect()
     };
     let (pa, pb) = (pos(a), pos(b));
+    fn product(dims: impl Iterator<Item = usize>) -> Result<u64, Error> {
+        dims.into_iter()
+            .try_fold(1_u64, |acc, d| acc.checked_mul(d as u64))
+            .ok_or_else(flops_overflow)
+    }
     let mut by_k: HashMap<SmallVec<[usize; 4]>, (u64, u64)> = HashMap::new();
     for blk in a.structure.blocks() {
         let key: SmallVec<[usize; 4]> = pa.iter().map(|&p| blk.segments()[p]).collect();
-        let k: u64 = pa.iter().map(|&p| blk.shape()[p] as u64).product();
-        let all: u64 = blk.shape().iter().map(|&d| d as u64).product();
+        let k = product(pa.iter().map(|&p| blk.shape()[p]))?;
+        let rows = product(
+            &mut (0..blk.shape().len())
+                .filter(|i| !pa.contains(i))
+                .map(|i| blk.shape()[i]),
+        )?;
         let e = by_k.entry(key).or_insert((0, k));
-        e.0 += all / k.max(1);
+        e.0 = add_flops(e.0, rows)?;
     }
     let mut flops = 0_u64;
     for blk in b.structure.blocks() {
         let key: SmallVec<[usize; 4]> = pb.iter().map(|&p| blk.segments()[p]).collect();
         if let Some(&(rows, k)) = by_k.get(&key) {
-            let all: u64 = blk.shape().iter().map(|&d| d as u64).product();
-            flops += 2 * rows * k * (all / k.max(1));
+            let cols = product(
+                &mut (0..blk.shape().len())
+                    .filter(|i| !pb.contains(i))
+                    .map(|i| blk.shape()[i]),
+            )?;
+            let f = [rows, k, cols]
+                .iter()
+                .try_fold(2_u64, |acc, &x| acc.checked_mul(x))
+                .ok_or_else(flops_overflow)?;
+            flops = add_flops(flops, f)?;
         }
     }
-    flops
+    Ok(flops)
 }

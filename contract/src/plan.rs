@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
-use tessera_blocks::{AbelianSector, BlockStructure, Leg, Permuted};
+use tessera_blocks::{AbelianSector, BlockStructure, Direction, Leg, Permuted};
 use tessera_coalesce::SectorBatches;
 
 /// The least work (in flops) one GEMM task is given, unless the blocks run out: a task costs
@@ -264,6 +264,71 @@ fn operand<S: AbelianSector>(
     })
 }
 
+/// The fermionic sign of contracting the pairs of legs whose sectors are `k` (the domain
+/// sectors of an `A'` block, equal to the codomain sectors of the `B'` blocks it meets), where
+/// `a_in[i]` says that `A`'s leg of pair `i` is an `In` leg: `(-1)` to the number of pairs of
+/// odd contracted legs (`B'` keeps the contracted legs in `A'`'s order, and the pairs must
+/// nest, `... k1 k2 | k2 k1 ...`, to be evaluated one by one), times `(-1)` per odd pair whose
+/// `A` leg is `In` (a ket before its bra is swapped past it before it is evaluated). See the
+/// crate docs' "Fermionic sign convention".
+fn pairing_negative<S: AbelianSector>(k: &[S], a_in: &[bool]) -> bool {
+    let mut odd_before = 0_usize;
+    let mut m = 0_usize;
+    for (s, &is_in) in k.iter().zip(a_in) {
+        if s.parity() {
+            m += odd_before + usize::from(is_in);
+            odd_before += 1;
+        }
+    }
+    m % 2 == 1
+}
+
+/// Folds the pairing signs of the contracted legs into the permutation of one operand: `A`'s
+/// if it is permuted, else `B`'s if it is, else (when some sign is `-1`) into a sign-only
+/// copy of the smaller operand. The sign depends only on the contracted sectors, which an
+/// `A'` block and the `B'` blocks it meets share, so either side may carry it.
+fn pairing_signs<S: AbelianSector>(
+    op_a: &mut Operand<S>,
+    op_b: &mut Operand<S>,
+    a: &Arc<BlockStructure<S>>,
+    b: &Arc<BlockStructure<S>>,
+    a_in: &[bool],
+) -> Result<(), Error> {
+    let nk = a_in.len();
+    // The contracted sectors of a block of the matrix form: `A'`'s last `nk`, `B'`'s first.
+    let negative = |m: &BlockStructure<S>, id: usize, on_a: bool| {
+        let blk = m.block(id).expect("block id");
+        let sectors = blk.sectors();
+        let k = if on_a {
+            &sectors[sectors.len() - nk..]
+        } else {
+            &sectors[..nk]
+        };
+        pairing_negative(k, a_in)
+    };
+    let on_a = op_a.permute.is_some() || (op_b.permute.is_none() && a.total_len() <= b.total_len());
+    let (op, source) = if on_a { (op_a, a) } else { (op_b, b) };
+    let mut permuted = match op.permute.take() {
+        Some((_, p)) => Arc::unwrap_or_clone(p),
+        None => {
+            if !(0..op.matrix.num_blocks()).any(|id| negative(&op.matrix, id, on_a)) {
+                return Ok(());
+            }
+            let identity: Vec<usize> = (0..source.num_legs()).collect();
+            source.permuted(&identity, source.n_codomain())?
+        }
+    };
+    for old in 0..source.num_blocks() {
+        let new = permuted.block_map[old];
+        if negative(&permuted.structure, new, on_a) {
+            let flipped = !permuted.negative[old];
+            permuted.negative.set(old, flipped);
+        }
+    }
+    op.permute = Some((permuted.perm().to_vec(), Arc::new(permuted)));
+    Ok(())
+}
+
 fn effective<S: AbelianSector>(leg: &Leg<S>, conj: bool) -> Leg<S> {
     if conj { leg.dual() } else { leg.clone() }
 }
@@ -319,8 +384,17 @@ impl<S: AbelianSector> Plan<S> {
         }
         let perm_a: Vec<usize> = free_a.iter().chain(&k).map(|&c| position(la, c)).collect();
         let perm_b: Vec<usize> = k.iter().chain(&free_b).map(|&c| position(lb, c)).collect();
-        let op_a = operand(a, perm_a, free_a.len())?;
-        let op_b = operand(b, perm_b, nk)?;
+        let mut op_a = operand(a, perm_a, free_a.len())?;
+        let mut op_b = operand(b, perm_b, nk)?;
+        if S::GRADED && nk > 0 {
+            // Whether A's side of each contracted pair is an In leg (a ket), after `op`.
+            let a_in: Vec<bool> = k
+                .iter()
+                .map(|&c| effective(&a.legs()[position(la, c)], conj[0]).direction())
+                .map(|d| d == Direction::In)
+                .collect();
+            pairing_signs(&mut op_a, &mut op_b, a, b, &a_in)?;
+        }
 
         let eff_flux = |s: &BlockStructure<S>, conj: bool| {
             if conj {

@@ -8,6 +8,11 @@
 use crate::error::Error;
 use std::fmt;
 
+/// The most legs a [`Spec`] gives an operand or the output. A block-sparse tensor of that
+/// many legs is far beyond any structure that can be enumerated; the limit keeps the spec's
+/// checks (quadratic in the labels) and its label alphabet bounded.
+pub const MAX_LEGS: usize = 1024;
+
 /// A pairwise contraction by labels: `"abc,cd->abd"` contracts `c`; the output legs follow
 /// the output's label order. A `|` in the output sets the codomain/domain split of the result
 /// (`"abc,cd->a|bd"`: one codomain leg); without it the first as many output legs as `A` has
@@ -57,7 +62,8 @@ impl Spec {
     /// # Errors
     ///
     /// [`Error::Syntax`] for a malformed string, [`Error::Label`] for a trace, a batch index,
-    /// or an output label that is on no operand.
+    /// or an output label that is on no operand, [`Error::TooManyLegs`] for an operand or
+    /// output of more than [`MAX_LEGS`] labels.
     pub fn parse(spec: &str) -> Result<Self, Error> {
         let (inputs, out) = spec
             .split_once("->")
@@ -82,6 +88,7 @@ impl Spec {
     ///
     /// # Errors
     ///
+    /// [`Error::TooManyLegs`] for an operand of more than [`MAX_LEGS`] legs;
     /// [`Error::Axes`] for axes out of range, repeated, or of unequal counts.
     pub fn tensordot(
         na: usize,
@@ -89,6 +96,15 @@ impl Spec {
         axes_a: &[usize],
         axes_b: &[usize],
     ) -> Result<Self, Error> {
+        for (operand, given) in [("A", na), ("B", nb)] {
+            if given > MAX_LEGS {
+                return Err(Error::TooManyLegs {
+                    operand,
+                    limit: MAX_LEGS,
+                    given,
+                });
+            }
+        }
         let check = |operand, legs: usize, axes: &[usize]| {
             let distinct = axes.iter().enumerate().all(|(i, x)| !axes[..i].contains(x));
             if axes.len() == axes_a.len().min(axes_b.len())
@@ -114,6 +130,7 @@ impl Spec {
             });
         }
         // Labels: A's legs are 0..na, B's free legs na.., contracted B legs take A's label.
+        // At most 2 * MAX_LEGS labels from U+0100 on: below the surrogates (U+D800).
         let label = |i: usize| char::from_u32(0x100 + i as u32).expect("a valid code point");
         let a: Vec<char> = (0..na).map(label).collect();
         let b: Vec<char> = (0..nb)
@@ -143,6 +160,15 @@ impl Spec {
         out: Vec<char>,
         split: Option<usize>,
     ) -> Result<Self, Error> {
+        for (operand, side) in [("A", &a), ("B", &b), ("the output", &out)] {
+            if side.len() > MAX_LEGS {
+                return Err(Error::TooManyLegs {
+                    operand,
+                    limit: MAX_LEGS,
+                    given: side.len(),
+                });
+            }
+        }
         let label = |label, reason| Err(Error::Label { label, reason });
         for side in [&a, &b, &out] {
             let repeated = side
@@ -275,6 +301,34 @@ mod tests {
         assert!(matches!(
             Spec::tensordot(2, 2, &[0], &[0, 1]),
             Err(Error::Axes { .. })
+        ));
+    }
+
+    #[test]
+    fn refuses_more_legs_than_the_limit_instead_of_panicking() {
+        // 60,000 legs once ran the label alphabet into the surrogates and panicked.
+        for (na, nb) in [(60_000, 2), (2, MAX_LEGS + 1)] {
+            assert!(
+                matches!(
+                    Spec::tensordot(na, nb, &[0], &[0]),
+                    Err(Error::TooManyLegs { limit: MAX_LEGS, given, .. }) if given == na.max(nb)
+                ),
+                "{na} x {nb}"
+            );
+        }
+        let half = MAX_LEGS / 2 + 2;
+        let s = Spec::tensordot(half, half, &[0, 5], &[1, 0]).unwrap();
+        assert_eq!(s.output().len(), MAX_LEGS);
+        assert!(matches!(
+            Spec::tensordot(half + 1, half, &[0, 5], &[1, 0]),
+            Err(Error::TooManyLegs { operand: "the output", given, .. }) if given == MAX_LEGS + 1
+        ));
+        let many: String = (0..=MAX_LEGS)
+            .map(|i| char::from_u32(0x4e00 + i as u32).unwrap())
+            .collect();
+        assert!(matches!(
+            Spec::parse(&format!("{many},a->{many}a")),
+            Err(Error::TooManyLegs { operand: "A", .. })
         ));
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! The reference is written from the crate's stated semantics only: permute each operand's
 //! dense tensor to its matrix form, multiply, permute to the output; every permutation of a
-//! fermionic tensor multiplies each element by `(-1)^m`, `m` the pairs of odd legs crossed.
+//! fermionic tensor multiplies each element by `(-1)^m`, `m` the pairs of odd legs crossed,
+//! and the contracted pairs carry the crate's pairing sign (`(-1)` per pair of odd
+//! contracted legs and per odd one whose `A` leg is `In`).
 
 use num_complex::Complex64;
 use rand::seq::SliceRandom;
@@ -13,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use tessera_backends::{Field, Scalar};
 use tessera_blocks::testing::{Kind, random_leg, random_mask};
-use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Leg};
+use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Direction, Leg};
 use tessera_contract::{Contraction, PlanCache, Spec};
 
 /// A dense tensor: column-major, first leg fastest, with its legs.
@@ -216,8 +218,32 @@ fn reference<T: Scalar, S: AbelianSector>(
     };
     let pa: Vec<usize> = free_a.iter().chain(&k).map(|c| pos(la, c)).collect();
     let pb: Vec<usize> = k.iter().chain(&free_b).map(|c| pos(lb, c)).collect();
-    let am = da.permuted(&pa);
+    let mut am = da.permuted(&pa);
     let bm = db.permuted(&pb);
+    // The pairing sign of the contracted legs (the crate's fermionic convention), on A':
+    // (-1) per pair of odd contracted legs, and per odd one whose A leg is In after `op`.
+    let a_in: Vec<bool> = k
+        .iter()
+        .map(|c| (case.a.legs()[pos(la, c)].direction() == Direction::In) != case.conj[0])
+        .collect();
+    {
+        let dims = am.dims();
+        let mut idx = vec![0; dims.len()];
+        let nfa = free_a.len();
+        for (e, v) in am.data.iter_mut().enumerate() {
+            unravel(e, &dims, &mut idx);
+            let (mut odd_before, mut m) = (0, 0);
+            for (i, &is_in) in a_in.iter().enumerate() {
+                if parity_at(&am.legs[nfa + i], idx[nfa + i]) {
+                    m += odd_before + usize::from(is_in);
+                    odd_before += 1;
+                }
+            }
+            if m % 2 == 1 {
+                *v = T::ZERO - *v;
+            }
+        }
+    }
     let dims_a = am.dims();
     let dims_b = bm.dims();
     let rows: usize = dims_a[..free_a.len()].iter().product();
