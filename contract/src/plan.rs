@@ -16,8 +16,10 @@
 
 use crate::error::Error;
 use crate::spec::Spec;
+use hashbrown::HashMap;
 use smallvec::SmallVec;
 use std::fmt;
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
 use tessera_blocks::{AbelianSector, BlockStructure, Direction, Leg, Permuted};
@@ -145,6 +147,65 @@ fn general_sector_gemm<S: AbelianSector>(
         && tiles(&inner, xa.cols())
         && tiles(&cols, cs.cols());
     fits.then_some(SectorGemm { a: sa, b: sb, c })
+}
+
+/// Per sector of `m`, its row (`rows`) or column tuples with their ranges in the sector
+/// matrix, when every combination of them is a block (a full sector); `None` for a sector
+/// with a missing block. Linear in the blocks.
+fn full_sector_ranges<S: AbelianSector>(
+    m: &BlockStructure<S>,
+    x: usize,
+    rows: bool,
+) -> Option<HashMap<usize, Range<usize>>> {
+    let sector = &m.sectors()[x];
+    let (mut here, mut other) = (HashMap::new(), HashMap::new());
+    for id in sector.blocks() {
+        let blk = m.block(id)?;
+        let (r, c) = blk.tuple_numbers();
+        let (t, range, u, orange) = if rows {
+            (r, blk.rows(), c, blk.cols())
+        } else {
+            (c, blk.cols(), r, blk.rows())
+        };
+        if *here.entry(t).or_insert_with(|| range.clone()) != range
+            || *other.entry(u).or_insert_with(|| orange.clone()) != orange
+        {
+            return None;
+        }
+    }
+    (sector.is_dense() && here.len() * other.len() == sector.blocks().len()).then_some(here)
+}
+
+/// [`sector_gemm`] without the block pairs, for a product sector that is full (every block
+/// of its rows and columns present) and meets full sectors of `A'` and `B'`: `A'`'s rows are
+/// the product's (an `A'` block's sector is fixed by its row tuple, as a product block's
+/// is), `B'`'s columns are the product's, and the contracted tuples of the two are the same
+/// ranges. Then the one GEMM sums every pair, and every pair of the two sectors writes
+/// this product sector. Linear in the three sectors' blocks; `None` when anything differs
+/// (the pairs then decide).
+fn full_sector_gemm<S: AbelianSector>(
+    am: &BlockStructure<S>,
+    bm: &BlockStructure<S>,
+    product: &BlockStructure<S>,
+    c: usize,
+    row_sector: &HashMap<usize, usize>,
+    col_sector: &HashMap<usize, usize>,
+) -> Option<SectorGemm> {
+    let cs = &product.sectors()[c];
+    let (r, g) = product.block(cs.blocks().start)?.tuple_numbers();
+    let (sa, sb) = (*row_sector.get(&r)?, *col_sector.get(&g)?);
+    let (xa, xb) = (&am.sectors()[sa], &bm.sectors()[sb]);
+    if xa.rows() != cs.rows() || xb.cols() != cs.cols() || xa.cols() != xb.rows() {
+        return None;
+    }
+    let c_rows = full_sector_ranges(product, c, true)?;
+    let c_cols = full_sector_ranges(product, c, false)?;
+    let a_rows = full_sector_ranges(am, sa, true)?;
+    let b_cols = full_sector_ranges(bm, sb, false)?;
+    (c_rows == a_rows
+        && c_cols == b_cols
+        && full_sector_ranges(am, sa, false)? == full_sector_ranges(bm, sb, true)?)
+    .then_some(SectorGemm { a: sa, b: sb, c })
 }
 
 /// The pairs of blocks `(A' block, B' block)` that meet, grouped by the product block they
@@ -445,9 +506,11 @@ impl<S: AbelianSector> Plan<S> {
         // column by column (the blocks crate's canonical order).
         let mut a_of_k = vec![0..0; k_count];
         let mut a_row = Vec::with_capacity(am.num_blocks());
+        let mut row_sector = HashMap::new();
         for blk in am.blocks() {
             let (row, kt) = blk.tuple_numbers();
             a_row.push(row);
+            row_sector.insert(row, blk.coupled());
             let run = &mut a_of_k[kt];
             if run.start == run.end {
                 *run = blk.id()..blk.id();
@@ -455,10 +518,30 @@ impl<S: AbelianSector> Plan<S> {
             assert_eq!(run.end, blk.id(), "blocks of one column are consecutive");
             run.end += 1;
         }
-        let mut met: Vec<(usize, usize, usize)> = Vec::with_capacity(bm.num_blocks());
+        let col_sector: HashMap<usize, usize> = bm
+            .blocks()
+            .map(|blk| (blk.tuple_numbers().1, blk.coupled()))
+            .collect();
+        // Full sectors first, from their blocks alone: planning costs what the plan holds
+        // (blocks and sectors), not block pairs (a product of 1000 x 1000 tiles has 10^9).
+        let full: Vec<Option<SectorGemm>> = (0..product.sectors().len())
+            .map(|c| full_sector_gemm(am, bm, &product, c, &row_sector, &col_sector))
+            .collect();
+        // Every pair of a full A' sector writes its product sector, so the pairs are
+        // enumerated for the other sectors only. The A' blocks of one contracted tuple lie
+        // in one sector (their rows have the tuple's fused charge).
+        let mut a_full = vec![false; am.sectors().len()];
+        for g in full.iter().flatten() {
+            a_full[g.a] = true;
+        }
+        let mut met: Vec<(usize, usize, usize)> = Vec::new();
         for blk in bm.blocks() {
             let (kt, col) = blk.tuple_numbers();
-            for ai in a_of_k[kt].clone() {
+            let run = a_of_k[kt].clone();
+            if run.is_empty() || a_full[am.block(run.start).expect("block id").coupled()] {
+                continue;
+            }
+            for ai in run {
                 if let Some(ci) = product.block_id_by_tuples(a_row[ai], col) {
                     met.push((ci, ai, blk.id()));
                 }
@@ -480,7 +563,8 @@ impl<S: AbelianSector> Plan<S> {
         let mut sector_groups = Vec::new();
         let mut in_sector_gemm = vec![false; product.num_blocks()];
         for c in 0..product.sectors().len() {
-            if let Some(g) = sector_gemm(am, bm, &product, c, &pairs_of) {
+            let found = full[c].or_else(|| sector_gemm(am, bm, &product, c, &pairs_of));
+            if let Some(g) = found {
                 let (xa, xb) = (&am.sectors()[g.a], &bm.sectors()[g.b]);
                 let f = flop_factor * (xa.rows() * xa.cols() * xb.cols()) as u64;
                 flops += f;
@@ -658,6 +742,40 @@ impl<S: AbelianSector> Plan<S> {
         self.temp_bytes
     }
 
+    /// The bytes the plan's own tables hold (its GEMM groups and sector runs, idle blocks,
+    /// and the sign and block maps of its permutations), not counting the structures it
+    /// shares with the operands and the output. Grows with the blocks and sectors of the
+    /// plan, not with the pairs of blocks it never forms: one GEMM per sector of a product
+    /// of 1000 x 1000 tiles holds a few megabytes.
+    pub fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let groups: usize = self
+            .groups
+            .iter()
+            .map(|g| {
+                size_of::<Group>()
+                    + (g.a.capacity() + g.b.capacity() + g.c.capacity()) * size_of::<usize>()
+                    + g.products.capacity() * size_of::<(usize, std::ops::Range<usize>)>()
+                    + g.pairs.capacity() * size_of::<(usize, usize)>()
+            })
+            .sum();
+        let permutes: usize = self
+            .operands
+            .iter()
+            .filter_map(|o| o.permute.as_ref())
+            .chain(&self.output_permute)
+            .map(|(perm, p)| {
+                (perm.len() + p.block_map.len()) * size_of::<usize>() + p.negative.len() / 8
+            })
+            .sum();
+        size_of::<Self>()
+            + groups
+            + permutes
+            + self.sector_gemms.capacity() * size_of::<SectorGemm>()
+            + self.sector_groups.capacity() * size_of::<std::ops::Range<usize>>()
+            + self.idle.capacity() * size_of::<usize>()
+    }
+
     /// Whether operand `A` (0) or `B` (1) is permuted into a temporary first.
     pub fn permutes_operand(&self, which: usize) -> bool {
         self.operands
@@ -719,10 +837,11 @@ impl<S: AbelianSector> fmt::Display for Plan<S> {
         )?;
         write!(
             f,
-            "  cost: {} flop ({:.3} GFLOP), temporaries {} bytes",
+            "  cost: {} flop ({:.3} GFLOP), temporaries {} bytes, plan {} bytes",
             self.flops,
             self.flops as f64 * 1e-9,
-            self.temp_bytes
+            self.temp_bytes,
+            self.memory_bytes()
         )
     }
 }
