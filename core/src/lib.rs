@@ -40,6 +40,7 @@
 mod access;
 mod alias;
 mod buffer;
+pub mod cache;
 mod domain;
 mod enroll;
 mod error;
@@ -61,6 +62,7 @@ pub use buffer::{
     ALIGN, AnyBits, CopyPlan, SharedBuffer, Stores, StridedMut, StridedRef, Zeroable,
     for_each_offset, zip_runs, zip_runs_ref,
 };
+pub use cache::{CacheStats, LruCache};
 pub use domain::Domain;
 pub use error::{Error, FailureCause, KernelError, RecordId, Result, TaskFailure, TaskId};
 pub use hazard::{HazardRecord, HazardSet, Mode, RecordTable};
