@@ -1323,9 +1323,9 @@ mod tests {
         }
     }
 
-    /// A structure keeps its last four permutation plans (a fifth drops the oldest), a clone
-    /// of it keeps none, and the plans it keeps (with their block copies, planned for it)
-    /// do not keep it alive.
+    /// A structure keeps four permutation plans (a fifth drops the least recently used), a
+    /// clone of it keeps none, and the plans it keeps (with their block copies, planned for
+    /// it) do not keep it alive.
     #[test]
     fn a_structure_keeps_its_last_permutation_plans_without_keeping_itself() {
         use crate::U1;
@@ -1338,9 +1338,21 @@ mod tests {
         for nc in [0, 2] {
             s.permutation(&[0, 1], nc).unwrap();
         }
+        // A use: [1, 0] with 1, the oldest kept, becomes the most recently used.
         assert!(Arc::ptr_eq(&first, &s.permutation(&[1, 0], 1).unwrap()));
-        s.permutation(&[0, 1], 1).unwrap(); // the fifth: [1, 0] with 1 was the oldest
+        s.permutation(&[0, 1], 1).unwrap(); // the fifth drops [1, 0] with 2, not it
+        assert!(Arc::ptr_eq(&first, &s.permutation(&[1, 0], 1).unwrap()));
+        // Four others not kept now (two of them dropped before) push it out.
+        for (perm, nc) in [([1, 0], 0), ([1, 0], 2), ([0, 1], 0), ([0, 1], 2)] {
+            s.permutation(&perm, nc).unwrap();
+        }
         assert!(!Arc::ptr_eq(&first, &s.permutation(&[1, 0], 1).unwrap()));
+        let kept = s.kept_permutations();
+        // 14 lookups (the first by `permute`), 4 of them hits; 10 plans made for 4 places.
+        assert_eq!(
+            (kept.hits, kept.misses, kept.evictions, kept.len),
+            (4, 10, 6, 4)
+        );
         let clone = Arc::new((*s).clone());
         assert!(!Arc::ptr_eq(
             &s.permutation(&[0, 1], 1).unwrap(),

@@ -69,7 +69,7 @@ use std::sync::{Arc, OnceLock};
 use bitvec::field::BitField;
 use bitvec::prelude::{BitSlice, BitVec};
 use smallvec::SmallVec;
-use tessera_core::CopyPlan;
+use tessera_core::{CacheStats, CopyPlan, LruCache};
 
 use crate::error::Error;
 use crate::leg::Leg;
@@ -176,16 +176,21 @@ pub struct BlockStructure<S: AbelianSector> {
     permutations: KeptPermutations<S>,
 }
 
-/// The permutation plans a structure keeps: at most [`KEPT_PERMUTATIONS`], the oldest
-/// dropped first. A clone of the structure starts with none.
-struct KeptPermutations<S: AbelianSector>(parking_lot::Mutex<Vec<Arc<Permuted<S>>>>);
+/// The permutation plans a structure keeps: at most [`KEPT_PERMUTATIONS`] (unless
+/// [`BlockStructure::set_kept_permutations`] says otherwise), the least recently used dropped
+/// first, keyed by the permutation and the new split. A clone of the structure starts with
+/// none.
+struct KeptPermutations<S: AbelianSector>(LruCache<PermutationKey, Arc<Permuted<S>>>);
 
-/// How many permutation plans a structure keeps.
-const KEPT_PERMUTATIONS: usize = 4;
+/// A permutation of the legs and the new number of codomain legs.
+type PermutationKey = (SmallVec<[usize; 6]>, usize);
+
+/// How many permutation plans a structure keeps unless told otherwise.
+pub const KEPT_PERMUTATIONS: usize = 4;
 
 impl<S: AbelianSector> Default for KeptPermutations<S> {
     fn default() -> Self {
-        Self(parking_lot::Mutex::new(Vec::new()))
+        Self(LruCache::new(KEPT_PERMUTATIONS))
     }
 }
 
@@ -762,21 +767,28 @@ impl<S: AbelianSector> BlockStructure<S> {
         perm: &[usize],
         n_codomain: usize,
     ) -> Result<Arc<Permuted<S>>, Error> {
-        let same = |p: &Arc<Permuted<S>>| p.perm == perm && p.structure.n_codomain == n_codomain;
-        if let Some(p) = self.permutations.0.lock().iter().find(|p| same(p)) {
-            return Ok(Arc::clone(p));
+        let key: PermutationKey = (perm.into(), n_codomain);
+        if let Some(p) = self.permutations.0.get(&key) {
+            return Ok(p);
         }
         // Planned outside the lock; two threads asking at once may both plan, and both
-        // plans are right.
+        // plans are right (the second one kept replaces the first).
         let planned = Arc::new(self.permuted(perm, n_codomain)?);
-        let mut kept = self.permutations.0.lock();
-        if !kept.iter().any(same) {
-            if kept.len() == KEPT_PERMUTATIONS {
-                kept.remove(0);
-            }
-            kept.push(Arc::clone(&planned));
-        }
+        self.permutations.0.insert(key, Arc::clone(&planned));
         Ok(planned)
+    }
+
+    /// The hits, misses and evictions of the permutation plans this structure keeps (see
+    /// [`permutation`](Self::permutation)), how many it keeps now and at most.
+    pub fn kept_permutations(&self) -> CacheStats {
+        self.permutations.0.stats()
+    }
+
+    /// Sets how many permutation plans this structure keeps (initially
+    /// [`KEPT_PERMUTATIONS`]), dropping the least recently used ones beyond it; 0 keeps
+    /// none, so every [`permutation`](Self::permutation) plans afresh.
+    pub fn set_kept_permutations(&self, capacity: usize) {
+        self.permutations.0.set_capacity(capacity);
     }
 
     /// The adjoint structure: codomain and domain swapped (the old domain legs, in order,
