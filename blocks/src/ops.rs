@@ -441,9 +441,9 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let all = matches!(blocks, Blocks::All);
         // Every block is overwritten when all are selected; else the others stay zero.
         let out = if all {
-            Self::empty(Arc::clone(self.structure()))
+            Self::try_empty(Arc::clone(self.structure()))?
         } else {
-            Self::zeros(Arc::clone(self.structure()))
+            Self::try_zeros(Arc::clone(self.structure()))?
         };
         let threads = tessera_core::Runtime::current().threads();
         for run in &self.pieces(&ids, all) {
@@ -602,7 +602,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ) -> Result<Self, Error> {
         let permuted = self.structure().permutation(perm, n_codomain)?;
         blocks.resolve(self.num_blocks())?;
-        let out = Self::output(permuted.structure.clone(), matches!(blocks, Blocks::All));
+        let out = Self::output(permuted.structure.clone(), matches!(blocks, Blocks::All))?;
         self.permute_into_with(&permuted, perm, &out, blocks)?;
         Ok(out)
     }
@@ -663,7 +663,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let (n, nc) = (self.structure().num_legs(), self.structure().n_codomain());
         let perm: Vec<usize> = (nc..n).chain(0..nc).collect();
         let ids = blocks.resolve(self.num_blocks())?;
-        let out = Self::output(remapped.structure, matches!(blocks, Blocks::All));
+        let out = Self::output(remapped.structure, matches!(blocks, Blocks::All))?;
         let moves = ids.iter().map(|&i| {
             let j = remapped.block_map[i].expect("every block has an adjoint block");
             (i, j, false)
@@ -676,11 +676,11 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// written, its storage is taken uninitialised (the present blocks tile the allocation
     /// exactly, so every element is overwritten before anything can read it); else zeros,
     /// which the unselected blocks keep.
-    fn output(structure: impl Into<Arc<BlockStructure<S>>>, all: bool) -> Self {
+    fn output(structure: impl Into<Arc<BlockStructure<S>>>, all: bool) -> Result<Self, Error> {
         if all {
-            Self::empty(structure)
+            Self::try_empty(structure)
         } else {
-            Self::zeros(structure)
+            Self::try_zeros(structure)
         }
     }
 

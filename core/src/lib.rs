@@ -59,7 +59,7 @@ mod loom_models;
 pub use access::{Access, AccessList};
 pub use alias::{Alias, ReadAlias, ReadBuffer, Region, WriteBuffer};
 pub use buffer::{
-    ALIGN, AnyBits, CopyPlan, SharedBuffer, Stores, StridedMut, StridedRef, Zeroable,
+    ALIGN, AllocError, AnyBits, CopyPlan, SharedBuffer, Stores, StridedMut, StridedRef, Zeroable,
     for_each_offset, zip_runs, zip_runs_ref,
 };
 pub use cache::{CacheStats, LruCache};
