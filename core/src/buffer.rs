@@ -155,9 +155,7 @@ impl<T: Zeroable> SharedBuffer<T> {
     pub fn zeroed(len: usize) -> Self {
         match Self::try_zeroed(len) {
             Ok(buf) => buf,
-            Err(AllocError::Refused { .. }) => {
-                std::alloc::handle_alloc_error(layout_of::<T>(len))
-            }
+            Err(AllocError::Refused { .. }) => std::alloc::handle_alloc_error(layout_of::<T>(len)),
             Err(e) => panic!("SharedBuffer::zeroed: {e}"),
         }
     }
@@ -206,9 +204,7 @@ impl<T: Zeroable> SharedBuffer<T> {
     {
         match Self::try_recycled(len) {
             Ok(buf) => buf,
-            Err(AllocError::Refused { .. }) => {
-                std::alloc::handle_alloc_error(layout_of::<T>(len))
-            }
+            Err(AllocError::Refused { .. }) => std::alloc::handle_alloc_error(layout_of::<T>(len)),
             Err(e) => panic!("SharedBuffer::recycled: {e}"),
         }
     }
@@ -1759,7 +1755,10 @@ mod tests {
             AllocError::Refused { bytes: 1 << 60 }
         );
         let msg = AllocError::TooLarge { len, elem_bytes }.to_string();
-        assert!(msg.contains("isize::MAX") && msg.contains(&len.to_string()), "{msg}");
+        assert!(
+            msg.contains("isize::MAX") && msg.contains(&len.to_string()),
+            "{msg}"
+        );
         let mut ok = SharedBuffer::<f64>::try_zeroed(5).unwrap();
         assert_eq!(ok.as_mut_slice(), &[0.0; 5]);
         ok.as_mut_slice()[4] = 2.0;
