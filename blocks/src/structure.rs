@@ -3,9 +3,11 @@
 //!
 //! Owns [`BlockStructure`] (the immutable descriptor table), its views [`Block`] and
 //! [`CoupledSector`], and the results of re-indexing: [`Permuted`] (a permutation's plan,
-//! the last few of which a structure keeps) and [`Remapped`]. The descriptor table never
-//! changes; what a structure keeps beside it (its fingerprint, its permutation plans) is
-//! derived from it alone.
+//! the few most recently used of which a structure keeps, in a bounded LRU cache) and
+//! [`Remapped`]. The descriptor table never changes; what a structure keeps beside it (its
+//! fingerprint, its permutation plans) is derived from it alone. Every size, offset and
+//! table length it computes is checked: a structure too large to count or to hold is
+//! [`Error::Overflow`] or [`Error::Allocation`], never an abort.
 //!
 //! # What is allowed, what is present
 //!
@@ -778,8 +780,9 @@ impl<S: AbelianSector> BlockStructure<S> {
         })
     }
 
-    /// [`permuted`](Self::permuted), kept: the plan of the last few permutations asked of
-    /// this structure is made once and shared, with the block copies it plans on first use,
+    /// [`permuted`](Self::permuted), kept: the plan of the few most recently used
+    /// permutations of this structure ([`KEPT_PERMUTATIONS`], settable with
+    /// [`set_kept_permutations`](Self::set_kept_permutations)) is made once and shared, with the block copies it plans on first use,
     /// so a permutation repeated on arrays of this structure (a sweep applies the same ones
     /// again and again) neither re-indexes nor plans its copies again.
     ///
