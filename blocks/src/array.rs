@@ -17,7 +17,7 @@
 //!   out one block at a time.
 //! - Whole-array access is the composite of all block records, enrolled in one step.
 
-use crate::error::Error;
+use crate::error::{Error, try_vec};
 use crate::sector::AbelianSector;
 use crate::structure::BlockStructure;
 use rand::{Rng, SeedableRng};
@@ -29,6 +29,9 @@ use tessera_core::{
     Alias, Domain, HazardRecord, HazardSet, ReadBuffer, RecordTable, Region, SharedBuffer,
     StridedMut, StridedRef, WriteBuffer, for_each_offset,
 };
+
+/// What an array's backing allocation is called in allocation errors.
+const STORAGE: &str = "the array's storage";
 
 /// The region of one block: the shared allocation and the block's strided descriptor.
 #[derive(Clone, Debug)]
@@ -250,15 +253,17 @@ fn locate<S: AbelianSector>(leg: &crate::Leg<S>, i: usize) -> Option<(usize, usi
     })
 }
 
-/// Column-major strides of a dense tensor with the structure's legs.
+/// Column-major strides of a dense tensor with the structure's legs. Exact when
+/// [`BlockStructure::dense_len`] is; saturated (and unused: such a structure has no blocks)
+/// when a leg of dimension 0 follows legs whose product overflows.
 fn dense_strides<S: AbelianSector>(structure: &BlockStructure<S>) -> Vec<usize> {
-    let mut acc = 1;
+    let mut acc = 1usize;
     structure
         .legs()
         .iter()
         .map(|l| {
             let s = acc;
-            acc *= l.dim();
+            acc = acc.saturating_mul(l.dim());
             s
         })
         .collect()
@@ -309,52 +314,117 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     }
 
     /// A tensor of zeros.
+    ///
+    /// # Panics
+    ///
+    /// When the storage's byte size overflows `isize::MAX` or the allocator refuses it;
+    /// [`try_zeros`](Self::try_zeros) returns either as an error instead.
     pub fn zeros(structure: impl Into<Arc<BlockStructure<S>>>) -> Self {
+        Self::try_zeros(structure).unwrap_or_else(|e| panic!("AsyncArray::zeros: {e}"))
+    }
+
+    /// A tensor of zeros, or why its storage cannot be had, without aborting the process.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Overflow`] when the storage's byte size (`total_len` elements) overflows
+    /// `isize::MAX`, before anything is allocated; [`Error::Allocation`] when the allocator
+    /// refuses it.
+    ///
+    /// ```
+    /// use tessera_blocks::{AsyncArray, BlockStructure, Error, Leg, Trivial};
+    ///
+    /// // One 2^29 x 2^28 block: 2^57 doubles, 2^60 bytes, more than any machine has.
+    /// let (rows, cols) = (Leg::tiling(&[1 << 29])?, Leg::<Trivial>::tiling(&[1 << 28])?);
+    /// let s = BlockStructure::new([rows], [cols.dual()], Trivial)?;
+    /// let refused = AsyncArray::<f64, Trivial>::try_zeros(s).unwrap_err();
+    /// assert!(matches!(refused, Error::Allocation { bytes, .. } if bytes == 1 << 60));
+    /// # Ok::<(), tessera_blocks::Error>(())
+    /// ```
+    pub fn try_zeros(structure: impl Into<Arc<BlockStructure<S>>>) -> Result<Self, Error> {
         let structure = structure.into();
-        let buffer = SharedBuffer::zeroed(structure.total_len());
-        Self::from_buffer(structure, buffer)
+        let buffer =
+            SharedBuffer::try_zeroed(structure.total_len()).map_err(Error::of_alloc(STORAGE))?;
+        Ok(Self::from_buffer(structure, buffer))
     }
 
     /// An array whose elements are unspecified (valid numbers, often what a dropped array of
     /// the same size held), like NumPy's `empty`: for an output or temporary that is written
     /// in full before it is read, it skips zeroing. Large allocations come from the buffer
     /// pool (see `tessera_core::trim_buffer_pool`).
+    ///
+    /// # Panics
+    ///
+    /// As [`zeros`](Self::zeros); [`try_empty`](Self::try_empty) returns an error instead.
     pub fn empty(structure: impl Into<Arc<BlockStructure<S>>>) -> Self {
+        Self::try_empty(structure).unwrap_or_else(|e| panic!("AsyncArray::empty: {e}"))
+    }
+
+    /// [`empty`](Self::empty), or why its storage cannot be had.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_zeros`](Self::try_zeros).
+    pub fn try_empty(structure: impl Into<Arc<BlockStructure<S>>>) -> Result<Self, Error> {
         let structure = structure.into();
-        let buffer = SharedBuffer::recycled(structure.total_len());
-        Self::from_buffer(structure, buffer)
+        let buffer =
+            SharedBuffer::try_recycled(structure.total_len()).map_err(Error::of_alloc(STORAGE))?;
+        Ok(Self::from_buffer(structure, buffer))
     }
 
     /// A tensor with independent random entries, uniform in `[-1, 1)` (real and imaginary
     /// parts), reproducible from `seed`.
+    ///
+    /// # Panics
+    ///
+    /// As [`zeros`](Self::zeros); [`try_random`](Self::try_random) returns an error instead.
     pub fn random(structure: impl Into<Arc<BlockStructure<S>>>, seed: u64) -> Self {
+        Self::try_random(structure, seed).unwrap_or_else(|e| panic!("AsyncArray::random: {e}"))
+    }
+
+    /// [`random`](Self::random) (the same elements for the same seed), or why its storage
+    /// cannot be had.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_zeros`](Self::try_zeros).
+    pub fn try_random(
+        structure: impl Into<Arc<BlockStructure<S>>>,
+        seed: u64,
+    ) -> Result<Self, Error> {
         let structure = structure.into();
+        let mut buffer =
+            SharedBuffer::try_zeroed(structure.total_len()).map_err(Error::of_alloc(STORAGE))?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let buffer = SharedBuffer::from_fn(structure.total_len(), |_| {
+        for x in buffer.as_mut_slice() {
             let re = rng.gen_range(-1.0..1.0);
             let im = if T::IS_COMPLEX {
                 rng.gen_range(-1.0..1.0)
             } else {
                 0.0
             };
-            T::from_c64(num_complex::Complex::new(re, im))
-        });
-        Self::from_buffer(structure, buffer)
+            *x = T::from_c64(num_complex::Complex::new(re, im));
+        }
+        Ok(Self::from_buffer(structure, buffer))
     }
 
-    /// A tensor from a dense one (column-major, first leg fastest, one axis per leg).
+    /// A tensor from a dense one (column-major, first leg fastest, one axis per leg), of
+    /// exactly [`dense_len`](BlockStructure::dense_len) elements: 1 for a structure without
+    /// legs (a scalar), 0 when a leg has dimension 0.
     ///
     /// # Errors
     ///
-    /// [`Error::DataLength`] for a dense tensor of the wrong size; [`Error::SymmetryBreaking`]
-    /// naming the first element that is nonzero outside every present block.
+    /// [`Error::Overflow`] when the dense size overflows `usize` (no slice has that length);
+    /// [`Error::DataLength`] naming the expected and given lengths for a dense tensor of the
+    /// wrong size; [`Error::SymmetryBreaking`] naming the first element that is nonzero
+    /// outside every present block; the allocation errors of [`try_zeros`](Self::try_zeros).
     pub fn from_dense(
         structure: impl Into<Arc<BlockStructure<S>>>,
         dense: &[T],
     ) -> Result<Self, Error> {
         let structure = structure.into();
+        let expected = structure.dense_len()?;
         let dims: Vec<usize> = structure.legs().iter().map(|l| l.dim()).collect();
-        let expected: usize = dims.iter().product();
         if dense.len() != expected {
             return Err(Error::DataLength {
                 what: format!("a dense tensor of dims {dims:?}"),
@@ -362,7 +432,9 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                 given: dense.len(),
             });
         }
-        let mut data = vec![T::ZERO; structure.total_len()];
+        let mut buffer =
+            SharedBuffer::try_zeroed(structure.total_len()).map_err(Error::of_alloc(STORAGE))?;
+        let data = buffer.as_mut_slice();
         let mut segments = vec![0; dims.len()];
         let mut local = vec![0; dims.len()];
         for (k, &value) in dense.iter().enumerate() {
@@ -396,7 +468,6 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                 None => {}
             }
         }
-        let buffer = SharedBuffer::from_fn(data.len(), |i| data[i]);
         Ok(Self::from_buffer(structure, buffer))
     }
 
@@ -405,7 +476,8 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ///
     /// # Errors
     ///
-    /// [`Error::DataLength`] when the number of blocks or a block's length is wrong.
+    /// [`Error::DataLength`] when the number of blocks or a block's length is wrong; the
+    /// allocation errors of [`try_zeros`](Self::try_zeros).
     pub fn from_blocks(
         structure: impl Into<Arc<BlockStructure<S>>>,
         blocks: &[Vec<T>],
@@ -418,7 +490,9 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                 given: blocks.len(),
             });
         }
-        let mut data = vec![T::ZERO; structure.total_len()];
+        let mut buffer =
+            SharedBuffer::try_zeroed(structure.total_len()).map_err(Error::of_alloc(STORAGE))?;
+        let data = buffer.as_mut_slice();
         for (block, values) in structure.blocks().zip(blocks) {
             if values.len() != block.len() {
                 return Err(Error::DataLength {
@@ -434,7 +508,6 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                 data[base + at as usize] = values[k];
             });
         }
-        let buffer = SharedBuffer::from_fn(data.len(), |i| data[i]);
         Ok(Self::from_buffer(structure, buffer))
     }
 
@@ -668,12 +741,21 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     }
 
     /// The dense tensor (column-major, first leg fastest), after waiting for exactly the work
-    /// the blocks depend on.
+    /// the blocks depend on: [`dense_len`](BlockStructure::dense_len) elements, so one for a
+    /// structure without legs and none when a leg has dimension 0, as
+    /// [`from_dense`](Self::from_dense) takes them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Overflow`] when the dense size overflows `usize` or its byte size
+    /// `isize::MAX`; [`Error::Allocation`] when the allocator refuses it (both before
+    /// waiting); a poisoned block's error.
     pub fn to_dense(&self) -> Result<Vec<T>, Error> {
-        let total: usize = self.structure.legs().iter().map(|l| l.dim()).product();
+        let total = self.structure.dense_len()?;
+        let mut dense = try_vec::<T>(total, "the dense tensor")?;
+        dense.resize(total, T::ZERO);
         let strides = dense_strides(&self.structure);
-        let out = tessera_core::host(self.read(), |views| {
-            let mut dense = vec![T::ZERO; total];
+        let out = tessera_core::host(self.read(), move |views| {
             for (id, view) in views.iter().enumerate() {
                 let values = view.to_vec();
                 for_each_dense(&self.structure, id, &strides, |at, k| dense[at] = values[k]);
@@ -718,5 +800,243 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             }
             None => Ok(T::ZERO),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Direction, Leg, Trivial, U1};
+
+    fn u1(dir: Direction, segs: &[(i32, usize)]) -> Leg<U1> {
+        Leg::new(dir, segs.iter().map(|&(q, d)| (U1(q), d))).unwrap()
+    }
+
+    /// One `rows x cols` block of trivial sectors.
+    fn one_block(rows: usize, cols: usize) -> BlockStructure<Trivial> {
+        let (r, c) = (
+            Leg::<Trivial>::tiling(&[rows]).unwrap(),
+            Leg::<Trivial>::tiling(&[cols]).unwrap(),
+        );
+        BlockStructure::new([r], [c.dual()], Trivial).unwrap()
+    }
+
+    /// Products of legs that overflow, or that no memory holds, are errors naming the
+    /// quantity, computed before anything of that size is allocated.
+    #[test]
+    fn structures_whose_sizes_overflow_are_refused() {
+        // Four legs of 2^16 segments on one side: 2^64 segment tuples.
+        let wide = Leg::<Trivial>::tiling(&[1; 1 << 16]).unwrap();
+        assert_eq!(
+            BlockStructure::new(vec![wide.clone(); 4], [], Trivial).unwrap_err(),
+            Error::Overflow {
+                what: "number of segment tuples"
+            }
+        );
+        // Three legs of 2^11 segments: 2^33 tuples, past the 2^32 a side may have (this
+        // reserved 2^33 tuples and aborted before the limit was checked).
+        let mid = Leg::<Trivial>::tiling(&[1; 1 << 11]).unwrap();
+        assert_eq!(
+            BlockStructure::new(vec![mid; 3], [], Trivial).unwrap_err(),
+            Error::Overflow {
+                what: "segment tuples of one side (at most 2^32)"
+            }
+        );
+        // One block of 2^40 x 2^40 elements: its length overflows.
+        let huge = Leg::<Trivial>::tiling(&[1 << 40]).unwrap();
+        assert_eq!(
+            BlockStructure::new([huge.clone()], [huge.dual()], Trivial).unwrap_err(),
+            Error::Overflow {
+                what: "allocation length"
+            }
+        );
+        // 2^21 x 2^21 one-element blocks: 2^42 blocks, a block table of hundreds of
+        // terabytes, which the allocator refuses (this aborted).
+        let many = Leg::<Trivial>::tiling(&[1; 1 << 21]).unwrap();
+        let err = BlockStructure::new([many.clone()], [many.dual()], Trivial).unwrap_err();
+        assert!(
+            matches!(err, Error::Allocation { what: "block table", bytes } if bytes >= 1 << 42),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("refused"), "{err}");
+    }
+
+    /// `try_*` constructors return an error for storage past `isize::MAX` bytes (before
+    /// allocating) and for storage the allocator refuses (2^60 bytes), and the infallible
+    /// ones panic (instead of aborting) with the same message.
+    #[test]
+    fn fallible_constructors_refuse_storage_that_cannot_be_had() {
+        // 2^31 x 2^31 doubles: 2^65 bytes, past isize::MAX.
+        let past = Arc::new(one_block(1 << 31, 1 << 31));
+        let storage = Error::Overflow { what: STORAGE };
+        assert_eq!(
+            AsyncArray::<f64, Trivial>::try_zeros(Arc::clone(&past)).unwrap_err(),
+            storage
+        );
+        assert_eq!(
+            AsyncArray::<f64, Trivial>::try_empty(Arc::clone(&past)).unwrap_err(),
+            storage
+        );
+        assert_eq!(
+            AsyncArray::<f64, Trivial>::try_random(Arc::clone(&past), 1).unwrap_err(),
+            storage
+        );
+        // 2^29 x 2^28 doubles: 2^60 bytes, representable, and refused.
+        let refused = Arc::new(one_block(1 << 29, 1 << 28));
+        let want = Error::Allocation {
+            what: STORAGE,
+            bytes: 1 << 60,
+        };
+        assert_eq!(
+            AsyncArray::<f64, Trivial>::try_zeros(Arc::clone(&refused)).unwrap_err(),
+            want
+        );
+        assert_eq!(
+            AsyncArray::<f64, Trivial>::try_empty(Arc::clone(&refused)).unwrap_err(),
+            want
+        );
+        assert_eq!(
+            AsyncArray::<f64, Trivial>::try_random(Arc::clone(&refused), 1).unwrap_err(),
+            want
+        );
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            AsyncArray::<f64, Trivial>::zeros(refused)
+        }))
+        .expect_err("zeros panics");
+        let msg = panicked
+            .downcast_ref::<String>()
+            .expect("a formatted message");
+        assert!(msg.contains("refused") && msg.contains(STORAGE), "{msg}");
+        // What fits is what the infallible forms make.
+        let s = Arc::new(one_block(3, 4));
+        let (a, b) = (
+            AsyncArray::<f64, Trivial>::try_random(Arc::clone(&s), 5).unwrap(),
+            AsyncArray::<f64, Trivial>::random(Arc::clone(&s), 5),
+        );
+        assert_eq!(a.to_dense().unwrap(), b.to_dense().unwrap());
+        assert_eq!(
+            AsyncArray::<f64, Trivial>::try_zeros(s)
+                .unwrap()
+                .to_dense()
+                .unwrap(),
+            vec![0.0; 12]
+        );
+    }
+
+    /// The dense size is counted exactly: a wrong length is refused naming both lengths,
+    /// and a dense size that overflows (or does not fit in memory) is an error of
+    /// `from_dense` and `to_dense`, not a wrapped product.
+    #[test]
+    fn dense_lengths_are_exact_and_checked() {
+        let leg = u1(Direction::In, &[(0, 2), (1, 1)]);
+        let s = Arc::new(BlockStructure::new([leg.clone()], [leg.dual()], U1(0)).unwrap());
+        for given in [0, 8, 10] {
+            assert_eq!(
+                AsyncArray::<f64, U1>::from_dense(Arc::clone(&s), &vec![0.0; given]).unwrap_err(),
+                Error::DataLength {
+                    what: "a dense tensor of dims [3, 3]".into(),
+                    expected: 9,
+                    given
+                }
+            );
+        }
+        // Legs of 2^32 elements each, and no allowed block: no storage, a dense size of
+        // 2^64, which wrapped to 0 (so an empty slice was taken, and `to_dense` panicked).
+        let big = u1(Direction::In, &[(0, 1 << 32)]);
+        let wraps = Arc::new(BlockStructure::new([big.clone()], [big], U1(1)).unwrap());
+        assert_eq!((wraps.total_len(), wraps.num_blocks()), (0, 0));
+        let dense_size = Error::Overflow {
+            what: "dense tensor size",
+        };
+        assert_eq!(wraps.dense_len(), Err(dense_size.clone()));
+        assert_eq!(
+            AsyncArray::<f64, U1>::from_dense(Arc::clone(&wraps), &[]).unwrap_err(),
+            dense_size
+        );
+        let a = AsyncArray::<f64, U1>::try_zeros(wraps).unwrap();
+        assert_eq!(a.to_dense().unwrap_err(), dense_size);
+        // Countable, but its bytes are past isize::MAX (2^62 doubles) or refused (2^57).
+        for (rows, cols, want) in [
+            (
+                1usize << 31,
+                1usize << 31,
+                Error::Overflow {
+                    what: "the dense tensor",
+                },
+            ),
+            (
+                1 << 29,
+                1 << 28,
+                Error::Allocation {
+                    what: "the dense tensor",
+                    bytes: 1 << 60,
+                },
+            ),
+        ] {
+            let s = BlockStructure::new(
+                [u1(Direction::In, &[(0, rows)])],
+                [u1(Direction::Out, &[(1, cols)])],
+                U1(0),
+            )
+            .unwrap();
+            let a = AsyncArray::<f64, U1>::zeros(s);
+            assert_eq!(a.to_dense().unwrap_err(), want);
+        }
+    }
+
+    /// Structures of no elements and scalars round-trip through the dense form.
+    #[test]
+    fn zero_sized_structures_and_scalars_round_trip() {
+        // No legs: a scalar, one element.
+        let scalar = Arc::new(BlockStructure::<U1>::new([], [], U1(0)).unwrap());
+        assert_eq!(scalar.dense_len(), Ok(1));
+        let a = AsyncArray::<f64, U1>::from_dense(Arc::clone(&scalar), &[3.5]).unwrap();
+        assert_eq!(a.to_dense().unwrap(), vec![3.5]);
+        assert_eq!(a.get(&[]).unwrap(), 3.5);
+        assert_eq!(
+            AsyncArray::<f64, U1>::from_dense(scalar, &[]).unwrap_err(),
+            Error::DataLength {
+                what: "a dense tensor of dims []".into(),
+                expected: 1,
+                given: 0
+            }
+        );
+        // A scalar whose flux forbids its one block: no storage, one (zero) element.
+        let none = Arc::new(BlockStructure::<U1>::new([], [], U1(1)).unwrap());
+        assert_eq!((none.total_len(), none.dense_len()), (0, Ok(1)));
+        let z = AsyncArray::<f64, U1>::from_dense(Arc::clone(&none), &[0.0]).unwrap();
+        assert_eq!(z.to_dense().unwrap(), vec![0.0]);
+        assert!(matches!(
+            AsyncArray::<f64, U1>::from_dense(none, &[1.0]),
+            Err(Error::SymmetryBreaking { .. })
+        ));
+        // A leg of dimension 0 (no segments) beside legs whose product overflows: no
+        // element at all, whatever the other legs are.
+        let empty = Leg::<U1>::new(Direction::In, []).unwrap();
+        let big = u1(Direction::In, &[(0, 1 << 40)]);
+        let s = Arc::new(
+            BlockStructure::new([big.clone()], [big.dual(), empty.dual()], U1(0)).unwrap(),
+        );
+        assert_eq!((s.dense_len(), s.total_len()), (Ok(0), 0));
+        let e = AsyncArray::<f64, U1>::from_dense(Arc::clone(&s), &[]).unwrap();
+        assert_eq!(e.to_dense().unwrap(), Vec::<f64>::new());
+        assert_eq!(e.to_blocks().unwrap(), Vec::<Vec<f64>>::new());
+        assert_eq!(
+            AsyncArray::<f64, U1>::from_dense(s, &[0.0]).unwrap_err(),
+            Error::DataLength {
+                what: format!("a dense tensor of dims [{}, {}, 0]", 1u64 << 40, 1u64 << 40),
+                expected: 0,
+                given: 1
+            }
+        );
+        // No allowed block, a dense size of 4: zeros both ways.
+        let s = BlockStructure::new(
+            [u1(Direction::In, &[(1, 2)])],
+            [u1(Direction::Out, &[(0, 2)])],
+            U1(0),
+        )
+        .unwrap();
+        let a = AsyncArray::<f64, U1>::from_dense(s, &[0.0; 4]).unwrap();
+        assert_eq!(a.to_dense().unwrap(), vec![0.0; 4]);
     }
 }

@@ -484,9 +484,10 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
     ///
     /// # Errors
     ///
-    /// The runtime's refusal; a failed copy poisons the host array's blocks.
+    /// The runtime's refusal; the host allocation's errors (see
+    /// [`AsyncArray::try_empty`]); a failed copy poisons the host array's blocks.
     pub fn to_host(&self) -> Result<AsyncArray<T, S>, Error> {
-        let host = AsyncArray::<T, S>::empty(Arc::clone(&self.structure));
+        let host = AsyncArray::<T, S>::try_empty(Arc::clone(&self.structure))?;
         let src = self.selected(Blocks::All)?.into_read();
         let whole = host.whole();
         // The flat view of the whole allocation: run positions are offsets from `base`.

@@ -6,6 +6,7 @@
 //! `Display` form, so the enum is not generic over the sector type.
 
 use crate::leg::Direction;
+use tessera_core::AllocError;
 
 /// Errors of sector, leg and block-structure construction and queries.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -88,11 +89,26 @@ pub enum Error {
         right_dim: usize,
     },
 
-    /// A size (a fused dimension, a block size, the allocation length) overflows `usize`.
-    #[error("{what} overflows usize; expected sizes that fit in the address space")]
+    /// A size (a fused dimension, a block size, a count of blocks, the allocation length,
+    /// a byte size, the dense size) overflows `usize`, or a byte size `isize::MAX`.
+    #[error(
+        "{what} overflows; expected sizes that fit in the address space (counts in usize, \
+         byte sizes at most isize::MAX)"
+    )]
     Overflow {
         /// What overflowed.
         what: &'static str,
+    },
+
+    /// The allocator (the operating system) refused an allocation of a representable size.
+    #[error(
+        "the allocator refused {bytes} bytes for {what}; expected memory the system can provide"
+    )]
+    Allocation {
+        /// What the allocation was for.
+        what: &'static str,
+        /// Its size.
+        bytes: usize,
     },
 
     /// The codomain was said to have more legs than the structure has.
@@ -246,4 +262,29 @@ pub enum Error {
     /// The runtime refused or failed the operation (a poisoned value, a wait inside a task).
     #[error(transparent)]
     Runtime(#[from] tessera_core::Error),
+}
+
+impl Error {
+    /// The error of an allocation for `what` that `SharedBuffer` refused: [`Error::Overflow`]
+    /// for a byte size past `isize::MAX`, [`Error::Allocation`] for the allocator's refusal.
+    pub(crate) fn of_alloc(what: &'static str) -> impl Fn(AllocError) -> Error {
+        move |e| match e {
+            AllocError::TooLarge { .. } => Error::Overflow { what },
+            AllocError::Refused { bytes } => Error::Allocation { what, bytes },
+        }
+    }
+}
+
+/// An empty vector with room for exactly `len` elements, or [`Error::Overflow`] (the byte
+/// size past `isize::MAX`) or [`Error::Allocation`] (refused), naming `what`: for tables
+/// whose length comes from user input, so a hostile size is an error, not an abort.
+pub(crate) fn try_vec<T>(len: usize, what: &'static str) -> Result<Vec<T>, Error> {
+    let bytes = len
+        .checked_mul(size_of::<T>())
+        .filter(|&b| isize::try_from(b).is_ok())
+        .ok_or(Error::Overflow { what })?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| Error::Allocation { what, bytes })?;
+    Ok(v)
 }

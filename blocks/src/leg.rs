@@ -26,7 +26,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::error::{Error, try_vec};
 use crate::sector::{AbelianSector, Sector};
 
 /// The direction of a leg: [`In`](Direction::In) (`+1`) contributes its sectors to the flux,
@@ -359,9 +359,12 @@ impl<S: AbelianSector> Leg<S> {
                 .fuse_abelian(&b.direction.act(&b.data.segments[j].sector));
             a.direction.act(&e)
         };
-        let mut entries = Vec::with_capacity(na * nb);
+        let pairs = na.checked_mul(nb).ok_or(Error::Overflow {
+            what: "number of fused segment pairs",
+        })?;
+        let mut entries = try_vec(pairs, "fusion map")?;
         if a.has_unique_sectors() && b.has_unique_sectors() {
-            let mut labels = Vec::with_capacity(na * nb);
+            let mut labels = try_vec(pairs, "fused segment labels")?;
             let mut totals: BTreeMap<S, usize> = BTreeMap::new();
             for j in 0..nb {
                 for i in 0..na {
@@ -386,7 +389,7 @@ impl<S: AbelianSector> Leg<S> {
             let leg = Self::new(a.direction, totals)?;
             Ok((leg, FusionMap { left: na, entries }))
         } else {
-            let mut segs = Vec::with_capacity(na * nb);
+            let mut segs = try_vec(pairs, "fused segments")?;
             for j in 0..nb {
                 for i in 0..na {
                     entries.push((segs.len(), 0));

@@ -441,9 +441,9 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let all = matches!(blocks, Blocks::All);
         // Every block is overwritten when all are selected; else the others stay zero.
         let out = if all {
-            Self::empty(Arc::clone(self.structure()))
+            Self::try_empty(Arc::clone(self.structure()))?
         } else {
-            Self::zeros(Arc::clone(self.structure()))
+            Self::try_zeros(Arc::clone(self.structure()))?
         };
         let threads = tessera_core::Runtime::current().threads();
         for run in &self.pieces(&ids, all) {
@@ -602,7 +602,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ) -> Result<Self, Error> {
         let permuted = self.structure().permutation(perm, n_codomain)?;
         blocks.resolve(self.num_blocks())?;
-        let out = Self::output(permuted.structure.clone(), matches!(blocks, Blocks::All));
+        let out = Self::output(permuted.structure.clone(), matches!(blocks, Blocks::All))?;
         self.permute_into_with(&permuted, perm, &out, blocks)?;
         Ok(out)
     }
@@ -663,7 +663,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let (n, nc) = (self.structure().num_legs(), self.structure().n_codomain());
         let perm: Vec<usize> = (nc..n).chain(0..nc).collect();
         let ids = blocks.resolve(self.num_blocks())?;
-        let out = Self::output(remapped.structure, matches!(blocks, Blocks::All));
+        let out = Self::output(remapped.structure, matches!(blocks, Blocks::All))?;
         let moves = ids.iter().map(|&i| {
             let j = remapped.block_map[i].expect("every block has an adjoint block");
             (i, j, false)
@@ -676,11 +676,11 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// written, its storage is taken uninitialised (the present blocks tile the allocation
     /// exactly, so every element is overwritten before anything can read it); else zeros,
     /// which the unselected blocks keep.
-    fn output(structure: impl Into<Arc<BlockStructure<S>>>, all: bool) -> Self {
+    fn output(structure: impl Into<Arc<BlockStructure<S>>>, all: bool) -> Result<Self, Error> {
         if all {
-            Self::empty(structure)
+            Self::try_empty(structure)
         } else {
-            Self::zeros(structure)
+            Self::try_zeros(structure)
         }
     }
 
@@ -1323,9 +1323,9 @@ mod tests {
         }
     }
 
-    /// A structure keeps its last four permutation plans (a fifth drops the oldest), a clone
-    /// of it keeps none, and the plans it keeps (with their block copies, planned for it)
-    /// do not keep it alive.
+    /// A structure keeps four permutation plans (a fifth drops the least recently used), a
+    /// clone of it keeps none, and the plans it keeps (with their block copies, planned for
+    /// it) do not keep it alive.
     #[test]
     fn a_structure_keeps_its_last_permutation_plans_without_keeping_itself() {
         use crate::U1;
@@ -1338,9 +1338,21 @@ mod tests {
         for nc in [0, 2] {
             s.permutation(&[0, 1], nc).unwrap();
         }
+        // A use: [1, 0] with 1, the oldest kept, becomes the most recently used.
         assert!(Arc::ptr_eq(&first, &s.permutation(&[1, 0], 1).unwrap()));
-        s.permutation(&[0, 1], 1).unwrap(); // the fifth: [1, 0] with 1 was the oldest
+        s.permutation(&[0, 1], 1).unwrap(); // the fifth drops [1, 0] with 2, not it
+        assert!(Arc::ptr_eq(&first, &s.permutation(&[1, 0], 1).unwrap()));
+        // Four others not kept now (two of them dropped before) push it out.
+        for (perm, nc) in [([1, 0], 0), ([1, 0], 2), ([0, 1], 0), ([0, 1], 2)] {
+            s.permutation(&perm, nc).unwrap();
+        }
         assert!(!Arc::ptr_eq(&first, &s.permutation(&[1, 0], 1).unwrap()));
+        let kept = s.kept_permutations();
+        // 14 lookups (the first by `permute`), 4 of them hits; 10 plans made for 4 places.
+        assert_eq!(
+            (kept.hits, kept.misses, kept.evictions, kept.len),
+            (4, 10, 6, 4)
+        );
         let clone = Arc::new((*s).clone());
         assert!(!Arc::ptr_eq(
             &s.permutation(&[0, 1], 1).unwrap(),

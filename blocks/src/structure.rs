@@ -3,9 +3,11 @@
 //!
 //! Owns [`BlockStructure`] (the immutable descriptor table), its views [`Block`] and
 //! [`CoupledSector`], and the results of re-indexing: [`Permuted`] (a permutation's plan,
-//! the last few of which a structure keeps) and [`Remapped`]. The descriptor table never
-//! changes; what a structure keeps beside it (its fingerprint, its permutation plans) is
-//! derived from it alone.
+//! the few most recently used of which a structure keeps, in a bounded LRU cache) and
+//! [`Remapped`]. The descriptor table never changes; what a structure keeps beside it (its
+//! fingerprint, its permutation plans) is derived from it alone. Every size, offset and
+//! table length it computes is checked: a structure too large to count or to hold is
+//! [`Error::Overflow`] or [`Error::Allocation`], never an abort.
 //!
 //! # What is allowed, what is present
 //!
@@ -69,9 +71,9 @@ use std::sync::{Arc, OnceLock};
 use bitvec::field::BitField;
 use bitvec::prelude::{BitSlice, BitVec};
 use smallvec::SmallVec;
-use tessera_core::CopyPlan;
+use tessera_core::{CacheStats, CopyPlan, LruCache};
 
-use crate::error::Error;
+use crate::error::{Error, try_vec};
 use crate::leg::Leg;
 use crate::sector::{AbelianSector, Sector};
 
@@ -176,16 +178,21 @@ pub struct BlockStructure<S: AbelianSector> {
     permutations: KeptPermutations<S>,
 }
 
-/// The permutation plans a structure keeps: at most [`KEPT_PERMUTATIONS`], the oldest
-/// dropped first. A clone of the structure starts with none.
-struct KeptPermutations<S: AbelianSector>(parking_lot::Mutex<Vec<Arc<Permuted<S>>>>);
+/// The permutation plans a structure keeps: at most [`KEPT_PERMUTATIONS`] (unless
+/// [`BlockStructure::set_kept_permutations`] says otherwise), the least recently used dropped
+/// first, keyed by the permutation and the new split. A clone of the structure starts with
+/// none.
+struct KeptPermutations<S: AbelianSector>(LruCache<PermutationKey, Arc<Permuted<S>>>);
 
-/// How many permutation plans a structure keeps.
-const KEPT_PERMUTATIONS: usize = 4;
+/// A permutation of the legs and the new number of codomain legs.
+type PermutationKey = (SmallVec<[usize; 6]>, usize);
+
+/// How many permutation plans a structure keeps unless told otherwise.
+pub const KEPT_PERMUTATIONS: usize = 4;
 
 impl<S: AbelianSector> Default for KeptPermutations<S> {
     fn default() -> Self {
-        Self(parking_lot::Mutex::new(Vec::new()))
+        Self(LruCache::new(KEPT_PERMUTATIONS))
     }
 }
 
@@ -476,6 +483,34 @@ fn tuple_index<S: Sector>(legs: &[Leg<S>], segments: &[usize]) -> Option<usize> 
     Some(t)
 }
 
+/// Room for the `count` tuples of one side: at most 2^32 (tuple numbers, group counts and
+/// positions are kept as `u32`), checked before anything is allocated.
+fn try_tuples<S>(count: usize) -> Result<Vec<Tuple<S>>, Error> {
+    if u32::try_from(count).is_err() {
+        return Err(Error::Overflow {
+            what: "segment tuples of one side (at most 2^32)",
+        });
+    }
+    try_vec(count, "segment tuples")
+}
+
+/// A presence mask of `len` bits, all `set` (dead bits of the last word clear, as
+/// `BitVec::repeat` leaves them), or the allocation's error.
+fn try_mask(len: usize, set: bool) -> Result<BitVec, Error> {
+    let bits = usize::BITS as usize;
+    let words = len.div_ceil(bits);
+    let mut raw: Vec<usize> = try_vec(words, "presence mask")?;
+    raw.resize(words, if set { usize::MAX } else { 0 });
+    if let Some(last) = raw.last_mut()
+        && !len.is_multiple_of(bits)
+    {
+        *last &= (1usize << (len % bits)) - 1;
+    }
+    let mut mask = BitVec::from_vec(raw);
+    mask.truncate(len);
+    Ok(mask)
+}
+
 fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
     let k = legs.len();
     let mut side = Side {
@@ -500,7 +535,7 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
     };
     if let [leg] = legs {
         // One leg (a matrix side): its segments are the tuples.
-        side.tuples.reserve_exact(leg.num_segments());
+        side.tuples = try_tuples(leg.num_segments())?;
         for seg in leg.segments() {
             push(&mut side, leg.direction().act(&seg.sector), seg.dim);
         }
@@ -521,7 +556,7 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
             .ok_or(Error::Overflow {
                 what: "number of segment tuples",
             })?;
-        side.tuples.reserve_exact(count);
+        side.tuples = try_tuples(count)?;
         let mut idx = vec![0usize; k];
         loop {
             let mut fused = S::trivial();
@@ -559,15 +594,11 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
     } else if !sorted {
         side.tuples.sort_by(|x, y| x.fused.cmp(&y.fused));
     }
-    if u32::try_from(side.tuples.len()).is_err() {
-        return Err(Error::Overflow {
-            what: "segment tuples of one side (at most 2^32)",
-        });
-    }
-    // Group counts and positions fit in u32 (checked just above). One group per tuple at
-    // most (matrix sides often have that many).
-    side.slots = vec![(0, 0); side.tuples.len()];
-    side.groups.reserve(side.tuples.len());
+    // Group counts and positions fit in u32 (`try_tuples` checked the tuple count). One
+    // group per tuple at most (matrix sides often have that many).
+    side.slots = try_vec(side.tuples.len(), "segment tuple index")?;
+    side.slots.resize(side.tuples.len(), (0, 0));
+    side.groups = try_vec(side.tuples.len(), "segment tuple groups")?;
     for (at, t) in side.tuples.iter().enumerate() {
         match side.groups.last_mut() {
             Some((last, range)) if *last == t.fused => range.end += 1,
@@ -749,8 +780,9 @@ impl<S: AbelianSector> BlockStructure<S> {
         })
     }
 
-    /// [`permuted`](Self::permuted), kept: the plan of the last few permutations asked of
-    /// this structure is made once and shared, with the block copies it plans on first use,
+    /// [`permuted`](Self::permuted), kept: the plan of the few most recently used
+    /// permutations of this structure ([`KEPT_PERMUTATIONS`], settable with
+    /// [`set_kept_permutations`](Self::set_kept_permutations)) is made once and shared, with the block copies it plans on first use,
     /// so a permutation repeated on arrays of this structure (a sweep applies the same ones
     /// again and again) neither re-indexes nor plans its copies again.
     ///
@@ -762,21 +794,28 @@ impl<S: AbelianSector> BlockStructure<S> {
         perm: &[usize],
         n_codomain: usize,
     ) -> Result<Arc<Permuted<S>>, Error> {
-        let same = |p: &Arc<Permuted<S>>| p.perm == perm && p.structure.n_codomain == n_codomain;
-        if let Some(p) = self.permutations.0.lock().iter().find(|p| same(p)) {
-            return Ok(Arc::clone(p));
+        let key: PermutationKey = (perm.into(), n_codomain);
+        if let Some(p) = self.permutations.0.get(&key) {
+            return Ok(p);
         }
         // Planned outside the lock; two threads asking at once may both plan, and both
-        // plans are right.
+        // plans are right (the second one kept replaces the first).
         let planned = Arc::new(self.permuted(perm, n_codomain)?);
-        let mut kept = self.permutations.0.lock();
-        if !kept.iter().any(same) {
-            if kept.len() == KEPT_PERMUTATIONS {
-                kept.remove(0);
-            }
-            kept.push(Arc::clone(&planned));
-        }
+        self.permutations.0.insert(key, Arc::clone(&planned));
         Ok(planned)
+    }
+
+    /// The hits, misses and evictions of the permutation plans this structure keeps (see
+    /// [`permutation`](Self::permutation)), how many it keeps now and at most.
+    pub fn kept_permutations(&self) -> CacheStats {
+        self.permutations.0.stats()
+    }
+
+    /// Sets how many permutation plans this structure keeps (initially
+    /// [`KEPT_PERMUTATIONS`]), dropping the least recently used ones beyond it; 0 keeps
+    /// none, so every [`permutation`](Self::permutation) plans afresh.
+    pub fn set_kept_permutations(&self, capacity: usize) {
+        self.permutations.0.set_capacity(capacity);
     }
 
     /// The adjoint structure: codomain and domain swapped (the old domain legs, in order,
@@ -858,17 +897,36 @@ impl<S: AbelianSector> BlockStructure<S> {
             });
         }
 
+        // Every allowed block is present unless a mask or predicate says otherwise: room for
+        // that (the common case), so the tables grow without copies. The tables are the
+        // largest part, asked for first: a structure of more blocks than memory holds is
+        // refused before its presence mask is filled.
+        let expect = match &presence {
+            Presence::All => n_allowed,
+            Presence::Bits(mask) => mask.count_ones(),
+            Presence::Pred(_) => 0,
+        };
+        let per_leg = expect.checked_mul(n).ok_or(Error::Overflow {
+            what: "per-leg block tables",
+        })?;
+        let entries = try_vec(expect, "block table")?;
+        let (seg, shape, strides) = (
+            try_vec(per_leg, "per-leg block tables")?,
+            try_vec(per_leg, "per-leg block tables")?,
+            try_vec(per_leg, "per-leg block tables")?,
+        );
+        let sec = try_vec(per_leg, "per-leg block tables")?;
         let mut s = BlockStructure {
             legs,
             n_codomain,
             flux,
-            present: BitVec::repeat(matches!(presence, Presence::All), n_allowed),
-            seg: Vec::new(),
-            sec: Vec::new(),
-            shape: Vec::new(),
-            strides: Vec::new(),
-            entries: Vec::new(),
-            sectors: Vec::new(),
+            present: try_mask(n_allowed, matches!(presence, Presence::All))?,
+            seg,
+            sec,
+            shape,
+            strides,
+            entries,
+            sectors: try_vec(pairs.len(), "coupled sector table")?,
             row_slot: std::mem::take(&mut rows.slots),
             col_slot: std::mem::take(&mut cols.slots),
             pairing: vec![(u32::MAX, 0, 0); rows.groups.len()],
@@ -877,19 +935,6 @@ impl<S: AbelianSector> BlockStructure<S> {
             fingerprint: OnceLock::new(),
             permutations: KeptPermutations::default(),
         };
-        // Every allowed block is present unless a mask or predicate says otherwise: reserve
-        // for that (the common case), so the tables grow without copies.
-        let expect = match &presence {
-            Presence::All => n_allowed,
-            Presence::Bits(mask) => mask.count_ones(),
-            Presence::Pred(_) => 0,
-        };
-        s.entries.reserve_exact(expect);
-        for v in [&mut s.seg, &mut s.shape, &mut s.strides] {
-            v.reserve_exact(expect * n);
-        }
-        s.sec.reserve_exact(expect * n);
-        s.sectors.reserve_exact(pairs.len());
         let overflow = |what| Error::Overflow { what };
         let checked_sum = |group: &[Tuple<S>]| {
             group.iter().try_fold(0usize, |total, t| {
@@ -1177,6 +1222,27 @@ impl<S: AbelianSector> BlockStructure<S> {
     /// The length of the backing allocation, in elements.
     pub fn total_len(&self) -> usize {
         self.total_len
+    }
+
+    /// The number of elements of the dense tensor: the product of the leg dimensions (1
+    /// for a structure without legs, a scalar; 0 when a leg has dimension 0, whatever the
+    /// other legs are).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Overflow`] ("dense tensor size") when the product overflows `usize`: a
+    /// structure may describe a tensor whose blocks fit in memory while its dense form
+    /// cannot be counted.
+    pub fn dense_len(&self) -> Result<usize, Error> {
+        if self.legs.iter().any(|l| l.dim() == 0) {
+            return Ok(0);
+        }
+        self.legs
+            .iter()
+            .try_fold(1usize, |n, l| n.checked_mul(l.dim()))
+            .ok_or(Error::Overflow {
+                what: "dense tensor size",
+            })
     }
 
     /// A stable 64-bit hash of the legs (segments and directions), the split, the flux and

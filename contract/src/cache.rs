@@ -1,20 +1,26 @@
 //! The plan cache: a repeated contraction (a DMRG sweep applies the same contraction to
 //! operands of the same structures again and again) skips planning.
 //!
-//! Owns: [`PlanCache`]. Invariant: a cached plan is handed out only for operands whose
-//! structures are the ones it was planned for (keyed by fingerprint, confirmed equal), with the same
-//! spec, conjugation, element type and sector type; anything else is planned afresh.
+//! Owns: [`PlanCache`]. Invariants: a cached plan is handed out only for operands whose
+//! structures are the ones it was planned for (keyed by fingerprint, confirmed equal), with
+//! the same spec, conjugation, element type and sector type; anything else is planned
+//! afresh. The cache holds at most its capacity of plans ([`DEFAULT_PLAN_CAPACITY`] unless
+//! set), evicting the least recently used one (a [`tessera_core::LruCache`]), so a program
+//! that contracts ever new structures keeps a bounded number of plans.
 
 use crate::error::Error;
 use crate::plan::Plan;
 use crate::spec::Spec;
-use parking_lot::Mutex;
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
 use tessera_blocks::{AbelianSector, BlockStructure};
+use tessera_core::{CacheStats, LruCache};
+
+/// How many plans a [`PlanCache`] holds unless told otherwise: a DMRG sweep over a hundred
+/// sites uses a few contractions per site and bond dimension, a few hundred plans, each of
+/// them (for such tensors) kilobytes to a few megabytes of tables.
+pub const DEFAULT_PLAN_CAPACITY: usize = 1024;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
@@ -24,33 +30,55 @@ struct Key {
     spec: Spec,
 }
 
-/// A cache of contraction plans keyed by the operands' structure fingerprints and the spec.
+/// A cache of contraction plans keyed by the operands' structure fingerprints and the spec,
+/// holding at most [`capacity`](PlanCache::capacity) plans and evicting the least recently
+/// used one when full.
 ///
 /// [`Contraction`](crate::Contraction) uses [`PlanCache::global`] unless given its own.
-#[derive(Default)]
+///
+/// ```
+/// use tessera_contract::PlanCache;
+///
+/// let cache = PlanCache::with_capacity(64);
+/// cache.set_capacity(16); // evicts least recently used plans beyond 16
+/// let stats = cache.stats();
+/// assert_eq!((stats.capacity, stats.len, stats.hits), (16, 0, 0));
+/// PlanCache::global().set_capacity(4096); // the process-wide cache is bounded too
+/// ```
 pub struct PlanCache {
-    plans: Mutex<HashMap<Key, Arc<dyn Any + Send + Sync>>>,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    plans: LruCache<Key, Arc<dyn Any + Send + Sync>>,
+}
+
+impl Default for PlanCache {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl std::fmt::Debug for PlanCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PlanCache")
-            .field("plans", &self.len())
-            .field("hits", &self.hits())
-            .field("misses", &self.misses())
+            .field("stats", &self.stats())
             .finish()
     }
 }
 
 impl PlanCache {
-    /// An empty cache.
+    /// An empty cache of [`DEFAULT_PLAN_CAPACITY`] plans.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_capacity(DEFAULT_PLAN_CAPACITY)
     }
 
-    /// The process-wide cache.
+    /// An empty cache that holds at most `capacity` plans (0: none, every contraction is
+    /// planned afresh).
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            plans: LruCache::new(capacity),
+        }
+    }
+
+    /// The process-wide cache (of [`DEFAULT_PLAN_CAPACITY`] plans until
+    /// [`set_capacity`](PlanCache::set_capacity) says otherwise).
     pub fn global() -> &'static Arc<PlanCache> {
         static GLOBAL: OnceLock<Arc<PlanCache>> = OnceLock::new();
         GLOBAL.get_or_init(|| Arc::new(PlanCache::new()))
@@ -70,44 +98,67 @@ impl PlanCache {
             conj,
             spec: spec.clone(),
         };
-        if let Some(found) = self.plans.lock().get(&key) {
-            let plan = Arc::clone(found)
+        // A fingerprint match is confirmed against the structures themselves; a plan for
+        // other structures with the same fingerprints is a miss, and replaced below.
+        let fits = |found: &Arc<dyn Any + Send + Sync>| {
+            found
+                .downcast_ref::<Plan<S>>()
+                .is_some_and(|plan| plan.fits(a, b))
+        };
+        if let Some(found) = self.plans.get_if(&key, fits) {
+            return Ok(found
                 .downcast::<Plan<S>>()
-                .expect("the key holds the sector type");
-            if plan.fits(a, b) {
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(plan);
-            }
+                .expect("the key holds the sector type"));
         }
         // Planned outside the lock: planning a large contraction must not stall others.
-        self.misses.fetch_add(1, Ordering::Relaxed);
         let plan = Arc::new(Plan::build::<T>(spec, conj, a, b)?);
-        self.plans.lock().insert(key, Arc::clone(&plan) as _);
+        self.plans.insert(key, Arc::clone(&plan) as _);
         Ok(plan)
     }
 
     /// How many lookups found a plan.
     pub fn hits(&self) -> u64 {
-        self.hits.load(Ordering::Relaxed)
+        self.plans.stats().hits
     }
 
     /// How many lookups had to plan.
     pub fn misses(&self) -> u64 {
-        self.misses.load(Ordering::Relaxed)
+        self.plans.stats().misses
+    }
+
+    /// How many plans were evicted to make room.
+    pub fn evictions(&self) -> u64 {
+        self.plans.stats().evictions
+    }
+
+    /// Hits, misses, evictions, the number of plans held and the capacity, read together.
+    pub fn stats(&self) -> CacheStats {
+        self.plans.stats()
+    }
+
+    /// The most plans the cache holds.
+    pub fn capacity(&self) -> usize {
+        self.plans.capacity()
+    }
+
+    /// Sets the capacity, evicting the least recently used plans until the cache fits
+    /// (plans in use stay alive with their users).
+    pub fn set_capacity(&self, capacity: usize) {
+        self.plans.set_capacity(capacity);
     }
 
     /// How many plans are cached.
     pub fn len(&self) -> usize {
-        self.plans.lock().len()
+        self.plans.len()
     }
 
     /// Whether no plan is cached.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.plans.is_empty()
     }
 
-    /// Drops every cached plan.
+    /// Drops every cached plan (the counters are kept).
     pub fn clear(&self) {
-        self.plans.lock().clear();
+        self.plans.clear();
     }
 }

@@ -25,7 +25,7 @@ use crate::error::Error;
 use crate::operand::Operand;
 use crate::operand::sealed::{Sealed, Token};
 use crate::plan::Plan;
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::Arc;
 use tessera_backends::cuda::{
     BatchBuffers, CudaScalar, GemmEntry, GemmGroup, IndependentGemm, LANES, MatLayout, Op,

@@ -171,7 +171,7 @@ pub(crate) fn matrix_form<T: Field, S: AbelianSector>(
         return Ok(None);
     };
     // The permutation writes every block of the temporary.
-    let tmp = AsyncArray::empty(Arc::clone(&op.matrix));
+    let tmp = AsyncArray::try_empty(Arc::clone(&op.matrix))?;
     x.permute_into_with(permuted, perm, &tmp, Blocks::All)?;
     Ok(Some(tmp))
 }
@@ -217,7 +217,8 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
     let product_tmp = plan
         .output_permute
         .as_ref()
-        .map(|_| AsyncArray::<T, S>::empty(Arc::clone(&plan.product)));
+        .map(|_| AsyncArray::<T, S>::try_empty(Arc::clone(&plan.product)))
+        .transpose()?;
     let target = product_tmp.as_ref().unwrap_or(c);
     let overwrite = fresh || product_tmp.is_some() || beta == T::ZERO;
     let first_beta = if overwrite { T::ZERO } else { beta };
@@ -315,7 +316,7 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
         if fresh || beta == T::ZERO {
             product.permute_into_with(permuted, perm, c, Blocks::All)?;
         } else {
-            let moved = AsyncArray::empty(Arc::clone(plan.output()));
+            let moved = AsyncArray::try_empty(Arc::clone(plan.output()))?;
             product.permute_into_with(permuted, perm, &moved, Blocks::All)?;
             if beta != T::ONE {
                 c.scale(beta, Blocks::All)?;

@@ -92,7 +92,7 @@ mod operand;
 mod plan;
 mod spec;
 
-pub use cache::PlanCache;
+pub use cache::{DEFAULT_PLAN_CAPACITY, PlanCache};
 pub use error::Error;
 pub use execute::Contraction;
 pub use network::{MAX_EXHAUSTIVE, Network, Order};

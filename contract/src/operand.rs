@@ -102,7 +102,7 @@ impl<T: Field, S: AbelianSector> sealed::Sealed for AsyncArray<T, S> {
     }
 
     fn output(&self, structure: &Arc<BlockStructure<S>>, _: sealed::Token) -> Result<Self, Error> {
-        Ok(AsyncArray::empty(Arc::clone(structure)))
+        Ok(AsyncArray::try_empty(Arc::clone(structure))?)
     }
 
     fn submit(

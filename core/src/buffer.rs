@@ -101,36 +101,86 @@ impl<T> std::fmt::Debug for SharedBuffer<T> {
     }
 }
 
-/// The layout of a buffer of `len` elements: at least one byte, aligned to [`ALIGN`]. The
-/// one definition both allocation and deallocation use.
-pub(crate) fn layout_of<T>(len: usize) -> Layout {
+/// Why a buffer could not be allocated (see [`SharedBuffer::try_zeroed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    /// The byte size of the buffer does not fit in `isize::MAX` (Rust's limit for one
+    /// allocation), or overflows `usize`.
+    #[error(
+        "a buffer of {len} elements of {elem_bytes} bytes each: its byte size overflows; \
+         expected at most isize::MAX bytes"
+    )]
+    TooLarge {
+        /// The number of elements asked for.
+        len: usize,
+        /// The size of one element.
+        elem_bytes: usize,
+    },
+    /// The allocator (the operating system) refused the allocation.
+    #[error("the allocator refused {bytes} bytes; expected an allocation the system can provide")]
+    Refused {
+        /// The size asked for.
+        bytes: usize,
+    },
+}
+
+/// The layout of a buffer of `len` elements: at least one byte, aligned to [`ALIGN`]; an
+/// error when its size overflows `isize::MAX` bytes. The one definition both allocation and
+/// deallocation use.
+pub(crate) fn try_layout_of<T>(len: usize) -> Result<Layout, AllocError> {
+    let too_large = AllocError::TooLarge {
+        len,
+        elem_bytes: size_of::<T>(),
+    };
     let bytes = len
         .max(1)
         .checked_mul(size_of::<T>().max(1))
-        .expect("allocation size overflows usize");
-    Layout::from_size_align(bytes, ALIGN.max(align_of::<T>())).expect("valid layout")
+        .ok_or(too_large)?;
+    // Fails exactly when `bytes`, rounded up to the alignment, exceeds `isize::MAX`.
+    Layout::from_size_align(bytes, ALIGN.max(align_of::<T>())).map_err(|_| too_large)
+}
+
+/// [`try_layout_of`] for a buffer that exists (so its layout was valid when it was made).
+pub(crate) fn layout_of<T>(len: usize) -> Layout {
+    try_layout_of::<T>(len).expect("a buffer's layout was checked when it was made")
 }
 
 impl<T: Zeroable> SharedBuffer<T> {
     /// A zeroed host allocation of `len` elements, aligned to [`ALIGN`] bytes.
+    ///
+    /// # Panics
+    ///
+    /// When the byte size overflows `isize::MAX`; aborts (as `Vec` does) when the allocator
+    /// refuses it. [`try_zeroed`](Self::try_zeroed) returns either as an error.
     pub fn zeroed(len: usize) -> Self {
-        let layout = layout_of::<T>(len);
+        match Self::try_zeroed(len) {
+            Ok(buf) => buf,
+            Err(AllocError::Refused { .. }) => std::alloc::handle_alloc_error(layout_of::<T>(len)),
+            Err(e) => panic!("SharedBuffer::zeroed: {e}"),
+        }
+    }
+
+    /// A zeroed host allocation of `len` elements, or the reason there is none: the byte
+    /// size overflows `isize::MAX` ([`AllocError::TooLarge`], nothing is asked of the
+    /// allocator), or the allocator refused it ([`AllocError::Refused`]). Nothing aborts.
+    pub fn try_zeroed(len: usize) -> Result<Self, AllocError> {
+        let layout = try_layout_of::<T>(len)?;
         if let Some(raw) = crate::pool::take(layout) {
             // SAFETY: the pool hands out an allocation of exactly `layout`, owned by nobody
             // else; zeroing its bytes makes every element zero (`T: Zeroable`).
             unsafe { raw.as_ptr().write_bytes(0, layout.size()) };
-            return Self::from_raw(raw.cast(), len);
+            return Ok(Self::from_raw(raw.cast(), len));
         }
         Self::fresh(len, layout)
     }
 
-    fn fresh(len: usize, layout: Layout) -> Self {
+    fn fresh(len: usize, layout: Layout) -> Result<Self, AllocError> {
         // SAFETY: the layout has a non-zero size (at least one element, at least one byte).
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(raw.cast::<T>()) else {
-            std::alloc::handle_alloc_error(layout)
-        };
-        Self::from_raw(ptr, len)
+        let ptr = NonNull::new(raw.cast::<T>()).ok_or(AllocError::Refused {
+            bytes: layout.size(),
+        })?;
+        Ok(Self::from_raw(ptr, len))
     }
 
     fn from_raw(ptr: NonNull<T>, len: usize) -> Self {
@@ -144,16 +194,33 @@ impl<T: Zeroable> SharedBuffer<T> {
     /// A host allocation of `len` elements holding unspecified (but valid) values: a
     /// recycled allocation as its last buffer left it, or zeros. For a temporary that is
     /// written in full before it is read; skips zeroing.
+    ///
+    /// # Panics
+    ///
+    /// As [`zeroed`](Self::zeroed); [`try_recycled`](Self::try_recycled) returns an error.
     pub fn recycled(len: usize) -> Self
     where
         T: AnyBits,
     {
-        let layout = layout_of::<T>(len);
+        match Self::try_recycled(len) {
+            Ok(buf) => buf,
+            Err(AllocError::Refused { .. }) => std::alloc::handle_alloc_error(layout_of::<T>(len)),
+            Err(e) => panic!("SharedBuffer::recycled: {e}"),
+        }
+    }
+
+    /// [`recycled`](Self::recycled), or the reason there is no allocation (as
+    /// [`try_zeroed`](Self::try_zeroed)).
+    pub fn try_recycled(len: usize) -> Result<Self, AllocError>
+    where
+        T: AnyBits,
+    {
+        let layout = try_layout_of::<T>(len)?;
         let buf = match crate::pool::take(layout) {
             // The pool's bytes are initialized (its invariant), and any initialized bytes are
             // valid elements (`T: AnyBits`).
             Some(raw) => Self::from_raw(raw.cast(), len),
-            None => Self::fresh(len, layout),
+            None => Self::fresh(len, layout)?,
         };
         // Debug builds (the tests) fill it with all-ones bytes (NaN for floats), so a read
         // of an element nobody wrote shows up instead of passing as a stale zero.
@@ -166,18 +233,30 @@ impl<T: Zeroable> SharedBuffer<T> {
                 .cast::<u8>()
                 .write_bytes(0xff, layout.size())
         };
-        buf
+        Ok(buf)
     }
 
     /// A host allocation of `len` elements, element `i` set to `f(i)`.
+    ///
+    /// # Panics
+    ///
+    /// As [`zeroed`](Self::zeroed); [`try_zeroed`](Self::try_zeroed) and
+    /// [`as_mut_slice`](Self::as_mut_slice) fill one without a panic.
     pub fn from_fn(len: usize, mut f: impl FnMut(usize) -> T) -> Self {
-        let buf = Self::zeroed(len);
-        for i in 0..len {
-            // SAFETY: `i < len`, inside the allocation; the buffer was just created and no
-            // view of it exists yet.
-            unsafe { buf.ptr.as_ptr().add(i).write(f(i)) };
+        let mut buf = Self::zeroed(len);
+        for (i, x) in buf.as_mut_slice().iter_mut().enumerate() {
+            *x = f(i);
         }
         buf
+    }
+
+    /// Every element, to fill a buffer before it is shared: `&mut self` proves that no view
+    /// or region of it exists (views borrow the buffer, regions hold it in an `Arc`).
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: the allocation holds `len` initialized elements (zeroed or recycled at
+        // creation, `T: Zeroable`), is aligned for `T`, and the exclusive borrow of the
+        // buffer excludes every other access for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
     /// The number of elements.
@@ -1651,6 +1730,41 @@ mod tests {
         let mut sum = 0.0;
         t.for_each(|v| sum += v);
         assert_eq!(sum, (0..23).sum::<usize>() as f64 - 1.0);
+    }
+
+    /// A size past `isize::MAX` bytes is refused before the allocator is asked; a size the
+    /// allocator refuses (2^60 bytes: more than any address space) is an error, not an
+    /// abort; and what fits is filled through `as_mut_slice`.
+    #[test]
+    #[cfg_attr(miri, ignore)] // Miri reports the 2^60-byte request instead of refusing it
+    fn too_large_or_refused_allocations_are_errors() {
+        let elem_bytes = size_of::<f64>();
+        for len in [usize::MAX, usize::MAX / 8 + 1, isize::MAX as usize / 8 + 1] {
+            assert_eq!(
+                SharedBuffer::<f64>::try_zeroed(len).unwrap_err(),
+                AllocError::TooLarge { len, elem_bytes }
+            );
+        }
+        let len = 1usize << 57;
+        assert_eq!(
+            SharedBuffer::<f64>::try_zeroed(len).unwrap_err(),
+            AllocError::Refused { bytes: 1 << 60 }
+        );
+        assert_eq!(
+            SharedBuffer::<f64>::try_recycled(len).unwrap_err(),
+            AllocError::Refused { bytes: 1 << 60 }
+        );
+        let msg = AllocError::TooLarge { len, elem_bytes }.to_string();
+        assert!(
+            msg.contains("isize::MAX") && msg.contains(&len.to_string()),
+            "{msg}"
+        );
+        let mut ok = SharedBuffer::<f64>::try_zeroed(5).unwrap();
+        assert_eq!(ok.as_mut_slice(), &[0.0; 5]);
+        ok.as_mut_slice()[4] = 2.0;
+        // SAFETY: the extent is the whole buffer; no other view exists.
+        assert_eq!(unsafe { ok.view(0, &[5], &[1]) }.get(&[4]), Some(2.0));
+        assert!(SharedBuffer::<f64>::try_zeroed(0).unwrap().is_empty());
     }
 
     /// One plan, run at several base pointers (blocks of one layout at different places),

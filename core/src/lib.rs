@@ -40,6 +40,7 @@
 mod access;
 mod alias;
 mod buffer;
+pub mod cache;
 mod domain;
 mod enroll;
 mod error;
@@ -58,13 +59,17 @@ mod loom_models;
 pub use access::{Access, AccessList};
 pub use alias::{Alias, ReadAlias, ReadBuffer, Region, WriteBuffer};
 pub use buffer::{
-    ALIGN, AnyBits, CopyPlan, SharedBuffer, Stores, StridedMut, StridedRef, Zeroable,
+    ALIGN, AllocError, AnyBits, CopyPlan, SharedBuffer, Stores, StridedMut, StridedRef, Zeroable,
     for_each_offset, zip_runs, zip_runs_ref,
 };
+pub use cache::{CacheStats, LruCache};
 pub use domain::Domain;
 pub use error::{Error, FailureCause, KernelError, RecordId, Result, TaskFailure, TaskId};
 pub use hazard::{HazardRecord, HazardSet, Mode, RecordTable};
-pub use pool::{POOL_BYTES, POOL_ENTRIES, POOL_MIN_BYTES, pooled_bytes, trim_buffer_pool};
+pub use pool::{
+    BufferPoolStats, POOL_BYTES, POOL_ENTRIES, POOL_MIN_BYTES, buffer_pool_stats, pooled_bytes,
+    set_buffer_pool_limits, trim_buffer_pool,
+};
 pub use runtime::{
     Runtime, host, schedule, schedule_eager_named, schedule_named, schedule_sequential_named,
 };

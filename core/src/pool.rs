@@ -2,7 +2,8 @@
 //! the next buffer of the same size skips the allocator and the operating system's page
 //! clearing (contractions make and drop temporaries of the same sizes again and again).
 //!
-//! Owns: the process-wide pool and [`trim_buffer_pool`]. Invariants:
+//! Owns: the process-wide pool, [`trim_buffer_pool`], its limits
+//! ([`set_buffer_pool_limits`]) and counters ([`buffer_pool_stats`]). Invariants:
 //!
 //! - A pooled allocation is owned by the pool alone: it was taken from a buffer that was
 //!   being dropped (so no view or region can reach it), and it leaves the pool only to
@@ -11,8 +12,12 @@
 //!   layout, so it is deallocated with it.
 //! - Its bytes are initialized: every buffer is zeroed or written in full at creation, and
 //!   nothing writes uninitialized bytes into one.
-//! - The pool holds at most [`POOL_BYTES`] bytes in at most [`POOL_ENTRIES`] allocations;
-//!   handing back more evicts the oldest.
+//! - The pool holds at most its byte limit ([`POOL_BYTES`] unless set) in at most its entry
+//!   limit ([`POOL_ENTRIES`] unless set) of allocations; handing back more, or lowering a
+//!   limit, evicts the least recently given back (each pooled allocation is used once: it
+//!   is given back, then taken), and counts each eviction.
+//! - Every request of a poolable size counts as a hit (an allocation was handed out) or a
+//!   miss (the caller allocates afresh).
 //!
 //! Under loom there is no pool (loom models the runtime only). Under Miri there is: the
 //! buffers of the Miri tests are far below [`POOL_MIN_BYTES`], so they are freed as usual
@@ -24,14 +29,34 @@ use std::ptr::NonNull;
 /// Allocations below this many bytes go straight back to the allocator, which serves them
 /// cheaply from its own free lists (glibc maps larger ones afresh, page faults and all).
 pub const POOL_MIN_BYTES: usize = 64 << 10;
-/// The most bytes the pool keeps.
+/// The most bytes the pool keeps, unless [`set_buffer_pool_limits`] says otherwise.
 pub const POOL_BYTES: usize = 512 << 20;
-/// The most allocations the pool keeps.
+/// The most allocations the pool keeps, unless [`set_buffer_pool_limits`] says otherwise.
 pub const POOL_ENTRIES: usize = 256;
+
+/// The counters, contents and limits of the buffer pool at one moment
+/// ([`buffer_pool_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BufferPoolStats {
+    /// New buffers of a poolable size (at least [`POOL_MIN_BYTES`]) served from the pool.
+    pub hits: u64,
+    /// New buffers of a poolable size that found none of their size and were allocated.
+    pub misses: u64,
+    /// Pooled allocations freed to respect the limits.
+    pub evictions: u64,
+    /// Allocations held now.
+    pub entries: usize,
+    /// Bytes held now.
+    pub bytes: usize,
+    /// The most allocations held.
+    pub max_entries: usize,
+    /// The most bytes held (a larger allocation is never pooled).
+    pub max_bytes: usize,
+}
 
 #[cfg(not(loom))]
 mod imp {
-    use super::{Layout, NonNull, POOL_BYTES, POOL_ENTRIES, POOL_MIN_BYTES};
+    use super::{BufferPoolStats, Layout, NonNull, POOL_BYTES, POOL_ENTRIES, POOL_MIN_BYTES};
     use parking_lot::Mutex;
     use std::collections::VecDeque;
 
@@ -49,12 +74,47 @@ mod imp {
         /// Oldest first.
         entries: VecDeque<Entry>,
         bytes: usize,
+        max_bytes: usize,
+        max_entries: usize,
+        hits: u64,
+        misses: u64,
+        evictions: u64,
     }
 
     static POOL: Mutex<Pool> = Mutex::new(Pool {
         entries: VecDeque::new(),
         bytes: 0,
+        max_bytes: POOL_BYTES,
+        max_entries: POOL_ENTRIES,
+        hits: 0,
+        misses: 0,
+        evictions: 0,
     });
+
+    impl Pool {
+        /// Removes the oldest entries until the limits hold; the caller frees them outside
+        /// the lock.
+        fn evict(&mut self) -> Vec<Entry> {
+            let mut evicted = Vec::new();
+            while self.bytes > self.max_bytes || self.entries.len() > self.max_entries {
+                let old = self
+                    .entries
+                    .pop_front()
+                    .expect("the pool is over its bounds");
+                self.bytes -= old.layout.size();
+                self.evictions += 1;
+                evicted.push(old);
+            }
+            evicted
+        }
+    }
+
+    fn free(entries: impl IntoIterator<Item = Entry>) {
+        for e in entries {
+            // SAFETY: pooled entries were allocated with their layout and are unreferenced.
+            unsafe { std::alloc::dealloc(e.ptr.as_ptr(), e.layout) };
+        }
+    }
 
     pub(crate) fn take(layout: Layout) -> Option<NonNull<u8>> {
         if layout.size() < POOL_MIN_BYTES {
@@ -62,9 +122,13 @@ mod imp {
         }
         let mut pool = POOL.lock();
         // Newest first: the most recently freed allocation is the likeliest to be cached.
-        let at = pool.entries.iter().rposition(|e| e.layout == layout)?;
+        let Some(at) = pool.entries.iter().rposition(|e| e.layout == layout) else {
+            pool.misses += 1;
+            return None;
+        };
         let entry = pool.entries.remove(at).expect("a found position");
         pool.bytes -= layout.size();
+        pool.hits += 1;
         Some(entry.ptr)
     }
 
@@ -73,30 +137,45 @@ mod imp {
     /// `ptr` was allocated with `layout` by the global allocator, its bytes are initialized,
     /// and nothing references it any more: ownership passes to the pool.
     pub(crate) unsafe fn give(layout: Layout, ptr: NonNull<u8>) {
-        if layout.size() < POOL_MIN_BYTES || layout.size() > POOL_BYTES {
-            // SAFETY: the caller's contract: allocated with `layout`, unreferenced.
-            unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
+        let entry = Entry { layout, ptr };
+        if layout.size() < POOL_MIN_BYTES {
+            free([entry]);
             return;
         }
         let evicted: Vec<Entry> = {
             let mut pool = POOL.lock();
-            pool.entries.push_back(Entry { layout, ptr });
-            pool.bytes += layout.size();
-            let mut evicted = Vec::new();
-            while pool.bytes > POOL_BYTES || pool.entries.len() > POOL_ENTRIES {
-                let old = pool
-                    .entries
-                    .pop_front()
-                    .expect("the pool is over its bounds");
-                pool.bytes -= old.layout.size();
-                evicted.push(old);
+            if layout.size() > pool.max_bytes || pool.max_entries == 0 {
+                drop(pool);
+                free([entry]);
+                return;
             }
-            evicted
+            pool.entries.push_back(entry);
+            pool.bytes += layout.size();
+            pool.evict()
         };
         // Deallocated outside the lock.
-        for e in evicted {
-            // SAFETY: pooled entries were allocated with their layout and are unreferenced.
-            unsafe { std::alloc::dealloc(e.ptr.as_ptr(), e.layout) };
+        free(evicted);
+    }
+
+    pub(crate) fn set_limits(max_bytes: usize, max_entries: usize) {
+        let evicted = {
+            let mut pool = POOL.lock();
+            (pool.max_bytes, pool.max_entries) = (max_bytes, max_entries);
+            pool.evict()
+        };
+        free(evicted);
+    }
+
+    pub(crate) fn stats() -> BufferPoolStats {
+        let pool = POOL.lock();
+        BufferPoolStats {
+            hits: pool.hits,
+            misses: pool.misses,
+            evictions: pool.evictions,
+            entries: pool.entries.len(),
+            bytes: pool.bytes,
+            max_entries: pool.max_entries,
+            max_bytes: pool.max_bytes,
         }
     }
 
@@ -108,10 +187,7 @@ mod imp {
                 std::mem::take(&mut pool.bytes),
             )
         };
-        for e in entries {
-            // SAFETY: as in `give`.
-            unsafe { std::alloc::dealloc(e.ptr.as_ptr(), e.layout) };
-        }
+        free(entries);
         bytes
     }
 
@@ -122,7 +198,13 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    use super::{Layout, NonNull};
+    use super::{BufferPoolStats, Layout, NonNull};
+
+    pub(crate) fn set_limits(_: usize, _: usize) {}
+
+    pub(crate) fn stats() -> BufferPoolStats {
+        BufferPoolStats::default()
+    }
 
     pub(crate) fn take(_: Layout) -> Option<NonNull<u8>> {
         None
@@ -159,12 +241,28 @@ pub fn pooled_bytes() -> usize {
     imp::pooled_bytes()
 }
 
+/// Sets the most bytes and the most allocations the pool keeps (initially [`POOL_BYTES`]
+/// and [`POOL_ENTRIES`]), freeing the least recently pooled allocations beyond them (counted
+/// as evictions). `0` for either turns pooling off.
+pub fn set_buffer_pool_limits(max_bytes: usize, max_entries: usize) {
+    imp::set_limits(max_bytes, max_entries);
+}
+
+/// The pool's hits, misses and evictions since the process started, what it holds now and
+/// its limits, read together.
+pub fn buffer_pool_stats() -> BufferPoolStats {
+    imp::stats()
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use crate::buffer::SharedBuffer;
 
     // Sizes no other test uses, so the pool's global state is this test's alone.
     const LEN: usize = 40_009;
+
+    /// The tests that depend on the pool's limits run one at a time.
+    static SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
     /// A sample of the elements (every 997th and the last): enough to see stale or
     /// unzeroed memory, cheap under Miri.
@@ -179,6 +277,7 @@ mod tests {
 
     #[test]
     fn a_dropped_large_buffer_is_reused_and_zeroed_or_recycled_on_request() {
+        let _serial = SERIAL.lock();
         const { assert!(LEN * 8 >= super::POOL_MIN_BYTES) };
         let a = SharedBuffer::<f64>::zeroed(LEN);
         let at = a.as_ptr();
@@ -210,5 +309,44 @@ mod tests {
         drop(small);
         const { assert!(super::POOL_MIN_BYTES > 17 * 8) };
         assert!(super::take(crate::buffer::layout_of::<f64>(17)).is_none());
+    }
+
+    /// Requests count as hits or misses, the limits are settable, and a lowered limit
+    /// evicts the least recently pooled allocation first. Other tests of this binary may
+    /// pool buffers at the same time, so counters are compared as lower bounds, and each
+    /// check names a size only this test uses.
+    #[test]
+    fn limits_are_settable_and_hits_misses_and_evictions_are_counted() {
+        use super::{buffer_pool_stats, set_buffer_pool_limits};
+        use crate::buffer::layout_of;
+        let _serial = SERIAL.lock();
+        const L: usize = 50_021;
+        let before = buffer_pool_stats();
+        assert_eq!(
+            (before.max_bytes, before.max_entries),
+            (super::POOL_BYTES, super::POOL_ENTRIES)
+        );
+        let a = SharedBuffer::<f64>::zeroed(L); // a miss: no allocation of that size pooled
+        let at = a.as_ptr();
+        drop(a);
+        let b = SharedBuffer::<f64>::zeroed(L); // a hit: the same allocation
+        assert_eq!(b.as_ptr(), at);
+        let s = buffer_pool_stats();
+        assert!(s.hits > before.hits && s.misses > before.misses, "{s:?}");
+        // One entry at most: pooling `c` after `b` evicts `b`, the least recently pooled.
+        set_buffer_pool_limits(super::POOL_BYTES, 1);
+        let c = SharedBuffer::<f64>::zeroed(L + 1);
+        drop(b);
+        drop(c);
+        let s = buffer_pool_stats();
+        assert!(s.entries <= 1 && s.evictions > before.evictions, "{s:?}");
+        assert_eq!(s.max_entries, 1);
+        assert!(super::take(layout_of::<f64>(L)).is_none(), "b was evicted");
+        // Limits of 0: nothing is kept, and what was is freed.
+        set_buffer_pool_limits(0, 0);
+        drop(SharedBuffer::<f64>::zeroed(L));
+        let s = buffer_pool_stats();
+        assert_eq!((s.entries, s.bytes, s.max_bytes), (0, 0, 0));
+        set_buffer_pool_limits(super::POOL_BYTES, super::POOL_ENTRIES);
     }
 }
