@@ -17,8 +17,8 @@
 
 use crate::error::Error;
 use crate::factor::{
-    bond_leg, diagonal_structure, factor_sector, kernel_error, left_structure, re, right_structure,
-    sector_views,
+    SectorInfo, bond_leg, diagonal_structure, factor_sector, kernel_error, left_structure, re,
+    right_structure, sector_views, with_absent_as_zeros,
 };
 use crate::truncation::Truncation;
 use faer::Mat;
@@ -103,6 +103,22 @@ pub struct Svd<T: Scalar, S: AbelianSector> {
     pub total_weight: f64,
 }
 
+/// The name of a sector's SVD task.
+const SVD_TASK: &str = "coalesce.svd";
+
+/// A failure `svd` met while waiting for its sectors' tasks: the typed error that one of
+/// those tasks reported ([`Error::NonFinite`], [`Error::NoConvergence`]) as itself; any other
+/// (a poison that reached `a` from elsewhere, a wait refused) as [`Error::Core`].
+fn own_failure(e: tessera_core::Error) -> Error {
+    if let tessera_core::Error::Poisoned { origin } = &e
+        && origin.name == SVD_TASK
+        && let Some(own) = Error::from_task_failure(&e)
+    {
+        return own.clone();
+    }
+    Error::Core(e)
+}
+
 /// One sector's thin SVD, computed by its task.
 #[derive(Debug)]
 struct SectorSvd<T> {
@@ -112,6 +128,10 @@ struct SectorSvd<T> {
 }
 
 /// The singular value decomposition of `a`, per coupled sector, truncated globally.
+///
+/// A tensor whose structure leaves out allowed blocks (a presence mask) is factored with
+/// its absent blocks as zeros: the factors are those of the same tensor on the structure
+/// with every allowed block (the `factor` module), and their structures have no mask.
 ///
 /// ```
 /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
@@ -127,49 +147,56 @@ struct SectorSvd<T> {
 ///
 /// # Errors
 ///
-/// [`Error::InvalidTruncation`] and [`Error::PackedSector`] before anything is enrolled;
-/// [`Error::Core`] if a sector's task failed (its poison names [`Error::NoConvergence`], or
-/// the failure that poisoned `a`), and [`Error::Core`] with a wait error when called inside
-/// a task or on a worker thread: `svd` waits on the host for the singular values.
+/// [`Error::InvalidTruncation`] before anything is enrolled. Then, from the sectors' tasks
+/// (`svd` waits for them): [`Error::NonFinite`] when a sector matrix holds a NaN or an
+/// infinity (or its SVD produced one; the truncation never sees such a value), and
+/// [`Error::NoConvergence`]; [`Error::Core`] with the poison when `a` was poisoned by an
+/// earlier failure; and [`Error::Core`] with a wait error when called inside a task or on a
+/// worker thread: `svd` waits on the host for the singular values.
 pub fn svd<T: Field, S: AbelianSector>(
     a: &AsyncArray<T, S>,
     truncation: &Truncation,
 ) -> Result<Svd<T, S>, Error> {
     truncation.check()?;
+    let filled = with_absent_as_zeros(a)?;
+    let a = filled.as_ref().unwrap_or(a);
     let views = sector_views(a)?;
     let rt = Runtime::current();
     let mut parts = Vec::with_capacity(views.len());
-    for (c, view) in views.iter().enumerate() {
+    for (view, sector) in views.iter().zip(a.structure().sectors()) {
         let out = Async::new(SectorSvd {
             u: Mat::<T>::from_fn(0, 0, |_, _| T::ZERO),
             s: Vec::new(),
             vt: Mat::<T>::from_fn(0, 0, |_, _| T::ZERO),
         });
-        rt.schedule_named(
-            "coalesce.svd",
-            (view.read(), out.overwrite()),
-            move |(m, o)| {
-                let svd = m.thin_svd().map_err(|_| {
-                    kernel_error(Error::NoConvergence {
-                        what: "SVD",
-                        sector: c,
-                        rows: m.nrows(),
-                        cols: m.ncols(),
-                    })
-                })?;
-                o.u = svd.U().to_owned();
-                o.s = svd.S().column_vector().iter().map(|&x| re(x)).collect();
-                o.vt = svd.V().adjoint().to_owned();
-                Ok(())
-            },
-        )?;
+        let info = SectorInfo::new("SVD", sector.sector());
+        rt.schedule_named(SVD_TASK, (view.read(), out.overwrite()), move |(m, o)| {
+            let shape = (m.nrows(), m.ncols());
+            info.check_finite(m, shape, "the sector matrix")?;
+            let svd = m.thin_svd().map_err(|_| {
+                kernel_error(Error::NoConvergence {
+                    what: "SVD",
+                    sector: info.sector.clone(),
+                    rows: shape.0,
+                    cols: shape.1,
+                })
+            })?;
+            o.s = svd.S().column_vector().iter().map(|&x| re(x)).collect();
+            info.check_values(&o.s, shape, "singular value")?;
+            info.check_finite(svd.U(), shape, "U")?;
+            info.check_finite(svd.V(), shape, "V")?;
+            o.u = svd.U().to_owned();
+            o.vt = svd.V().adjoint().to_owned();
+            Ok(())
+        })?;
         parts.push(out);
     }
     // The one host wait (see the module docs): the decision needs every singular value.
     let values: Vec<Vec<f64>> = parts
         .iter()
         .map(|p| p.with(|o| o.s.clone()))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .map_err(own_failure)?;
     let total_weight = values.iter().flatten().map(|s| s * s).sum();
     let (kept, discarded_weight) = truncation.select(&values);
     let structure = a.structure();
