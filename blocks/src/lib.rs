@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 mod array;
+mod convert;
 #[cfg(feature = "cuda")]
 pub mod device;
 mod error;
