@@ -94,6 +94,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// A tensor to be scaled by singular values that does not carry their bond leg where
+    /// the scaling needs it.
+    #[error("expected {expected}, but the tensor is {given}")]
+    NotOnBond {
+        /// What the scaling needs.
+        expected: &'static str,
+        /// The tensor's structure, summarised.
+        given: String,
+    },
+
     /// A dense factorization did not converge on one sector matrix.
     #[error("the {what} of coupled sector {sector} ({rows} x {cols}) did not converge")]
     NoConvergence {

@@ -22,6 +22,7 @@ use crate::factor::{
 };
 use crate::truncation::Truncation;
 use faer::Mat;
+use std::sync::Arc;
 use tessera_backends::{Field, Real, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, Leg};
 use tessera_core::{Async, Runtime};
@@ -64,8 +65,130 @@ impl<R: Scalar, S: AbelianSector> SingularValues<R, S> {
         self.len() == 0
     }
 
+    /// The same bond leg with `f` applied to every kept value: `sqrt` to split `S` evenly
+    /// between `U` and `V†`, `1 / x` to undo it, a rescaling after truncation.
+    #[must_use]
+    pub fn map(&self, f: impl Fn(R) -> R) -> Self {
+        Self {
+            leg: self.leg.clone(),
+            values: self
+                .values
+                .iter()
+                .map(|v| v.iter().map(|&x| f(x)).collect())
+                .collect(),
+        }
+    }
+
+    /// `x · S`: a new tensor with column `j` of bond segment `i` of `x` multiplied by
+    /// `values(i)[j]`, for `x` whose only domain leg is the bond leg (as `U`'s), real or
+    /// complex (any scalar whose real type is `R`). Absorbs `S` into `U` without making `S`
+    /// a tensor of `x`'s element type and contracting. Scheduled, one task per coupled sector
+    /// of `x` that reads exactly its blocks; does not wait.
+    ///
+    /// ```
+    /// use num_complex::Complex64;
+    /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+    /// use tessera_coalesce::{Truncation, svd};
+    ///
+    /// let leg = Leg::new(Direction::In, [(U1(0), 3), (U1(1), 4)])?;
+    /// let s = BlockStructure::new([leg.clone()], [leg.dual()], U1(0))?;
+    /// let a = AsyncArray::<Complex64, U1>::random(s, 1);
+    /// let f = svd(&a, &Truncation::max_dim(4))?;
+    /// let us = f.s.scale_columns(&f.u)?; // U·S, complex, for the left-canonical step
+    /// let sv = f.s.map(f64::sqrt).scale_rows(&f.vt)?; // √S·V†
+    /// # let _ = (us, sv);
+    /// # Ok::<(), tessera_coalesce::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOnBond`] when `x`'s domain is not exactly the bond leg; nothing is
+    /// enrolled then.
+    pub fn scale_columns<T: Scalar<Real = R>>(
+        &self,
+        x: &AsyncArray<T, S>,
+    ) -> Result<AsyncArray<T, S>, Error> {
+        let st = x.structure();
+        if st.domain() != std::slice::from_ref(&self.leg) {
+            return Err(Error::NotOnBond {
+                expected: "a tensor whose only domain leg is the bond leg (as U's)",
+                given: st.summary(),
+            });
+        }
+        self.scale(x, st.n_codomain())
+    }
+
+    /// `S · x`: a new tensor with row `j` of bond segment `i` of `x` multiplied by
+    /// `values(i)[j]`, for `x` whose only codomain leg is the dual bond leg (as `V†`'s), real
+    /// or complex. Scheduled like [`scale_columns`](Self::scale_columns).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOnBond`] when `x`'s codomain is not exactly the dual bond leg; nothing is
+    /// enrolled then.
+    pub fn scale_rows<T: Scalar<Real = R>>(
+        &self,
+        x: &AsyncArray<T, S>,
+    ) -> Result<AsyncArray<T, S>, Error> {
+        let st = x.structure();
+        if st.codomain() != std::slice::from_ref(&self.leg.dual()) {
+            return Err(Error::NotOnBond {
+                expected: "a tensor whose only codomain leg is the dual bond leg (as V†'s)",
+                given: st.summary(),
+            });
+        }
+        self.scale(x, 0)
+    }
+
+    /// `x` with the bond axis `axis` (leg `axis`: the last for columns, the first for rows)
+    /// scaled by the values of its segment. One task per coupled sector of `x`: it reads the
+    /// sector's blocks and overwrites the same blocks of the result, element by element
+    /// (the blocks' layouts are those of one structure, whatever its mask).
+    fn scale<T: Scalar<Real = R>>(
+        &self,
+        x: &AsyncArray<T, S>,
+        axis: usize,
+    ) -> Result<AsyncArray<T, S>, Error> {
+        let st = x.structure();
+        let out = AsyncArray::<T, S>::empty(Arc::clone(st));
+        let rt = Runtime::current();
+        for sector in st.sectors() {
+            let ids: Vec<usize> = sector.blocks().collect();
+            // Per block: its bond segment's values, and how many elements each bond index
+            // repeats over before the next (the product of the dims before the bond axis).
+            let plan: Vec<(Vec<R>, usize)> = ids
+                .iter()
+                .map(|&id| {
+                    let b = st.block(id).expect("a block of the sector");
+                    let inner = b.shape()[..axis].iter().product();
+                    (self.values[b.segments()[axis]].clone(), inner)
+                })
+                .collect();
+            rt.schedule_named(
+                "coalesce.scale_bond",
+                (
+                    x.block_set(&ids)?.into_read(),
+                    out.block_set(&ids)?.into_overwrite(),
+                ),
+                move |(xs, mut ys)| {
+                    for (k, (values, inner)) in plan.iter().enumerate() {
+                        let mut y = ys.get_mut(k);
+                        let ok = y.assign_map(&xs.get(k), |v| v);
+                        debug_assert!(ok, "one structure: equal block dims");
+                        let d = values.len();
+                        y.update(|e, v| v * T::from_real(values[(e / inner) % d]));
+                    }
+                    Ok(())
+                },
+            )?;
+        }
+        Ok(out)
+    }
+
     /// `S` as a real block-diagonal tensor: codomain the dual bond leg, domain the bond
-    /// leg, trivial flux, so that `U · S · V†` contracts.
+    /// leg, trivial flux, so that `U · S · V†` contracts. For complex `U` and `V†`, make it
+    /// complex with [`AsyncArray::to_complex`], or scale them directly
+    /// ([`scale_columns`](Self::scale_columns), [`scale_rows`](Self::scale_rows)).
     ///
     /// # Errors
     ///

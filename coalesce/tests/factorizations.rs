@@ -430,6 +430,13 @@ fn eigh_cases<T: Field, S: Kind>(seed: u64) {
 }
 
 macro_rules! for_each_kind {
+    ($check:ident) => {{
+        $check::<Trivial>(0x11);
+        $check::<U1>(0x22);
+        $check::<Zn<3>>(0x33);
+        $check::<Product<U1, U1>>(0x44);
+        $check::<Product<U1, FermionParity>>(0x66);
+    }};
     ($check:ident, $t:ty) => {{
         $check::<$t, Trivial>(0x11);
         $check::<$t, U1>(0x22);
@@ -786,4 +793,133 @@ fn qr_of_a_nan_matrix_is_an_error_not_nan_factors() {
     assert!((r1[(0, 0)].abs() - 2.0).abs() < 1e-12);
     let g = lq(&a).unwrap();
     assert!(g.l.to_dense().is_err());
+}
+
+/// The kept values of `s` in the bond leg's dense order (segment by segment).
+fn flat_values<S: AbelianSector>(s: &tessera_coalesce::SingularValues<f64, S>) -> Vec<f64> {
+    s.iter().flat_map(|(_, v)| v.iter().copied()).collect()
+}
+
+/// Real singular values and eigenvalues meet complex tensors: `S` scales `U`'s columns
+/// and `V†`'s rows (also of masked tensors on those legs, against the dense tensor scaled
+/// along the bond axis), `S` made complex is the diagonal `diag(s)` and contracts sector by
+/// sector to the same product, and complex-made eigenvalues rebuild `V D V†`.
+fn real_values_with_complex_cases<S: Kind>(seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for case in 0..25 {
+        let s = Arc::new(maybe_masked(&mut rng, random_structure::<S>));
+        let a = AsyncArray::<Complex64, S>::random(Arc::clone(&s), seed ^ case);
+        let t = if rng.gen_bool(0.5) {
+            Truncation::none()
+        } else {
+            Truncation::max_dim(rng.gen_range(1..=8))
+        };
+        let f = svd(&a, &t).unwrap();
+        let us = f.s.scale_columns(&f.u).unwrap();
+        let root = f.s.map(f64::sqrt);
+        let rv = root.scale_rows(&f.vt).unwrap();
+        let d = f.s.to_array().unwrap().to_complex().unwrap();
+        for (label, values) in f.s.iter() {
+            let (u, vt) = (sector_of(&f.u, label), sector_of(&f.vt, label));
+            let k = values.len();
+            let c = |x: f64| Complex64::new(x, 0.0);
+            let want = Mat::from_fn(u.nrows(), k, |i, j| u[(i, j)] * c(values[j]));
+            assert_close(sector_of(&us, label).as_ref(), want.as_ref(), "U·S");
+            let want = Mat::from_fn(k, vt.ncols(), |i, j| c(values[i].sqrt()) * vt[(i, j)]);
+            assert_close(sector_of(&rv, label).as_ref(), want.as_ref(), "√S·V†");
+            let dc = sector_of(&d, label);
+            let diag = Mat::from_fn(k, k, |i, j| if i == j { c(values[i]) } else { c(0.0) });
+            assert_close(dc.as_ref(), diag.as_ref(), "S as a complex tensor");
+            assert_close(
+                (&u * &dc * &vt).as_ref(),
+                (sector_of(&us, label) * &vt).as_ref(),
+                "U·S·V† both ways",
+            );
+        }
+        // Masked tensors on U's and V†'s legs, against the dense tensor scaled along the
+        // bond axis (the last for columns, the first for rows).
+        let flat = flat_values(&f.s);
+        for (x_structure, rows) in [(f.u.structure(), false), (f.vt.structure(), true)] {
+            let mask = testing::random_mask(&mut rng, x_structure.num_allowed());
+            let x = AsyncArray::<Complex64, S>::random(
+                x_structure.with_present(&mask).unwrap(),
+                seed ^ case ^ 7,
+            );
+            let y = if rows {
+                f.s.scale_rows(&x).unwrap()
+            } else {
+                f.s.scale_columns(&x).unwrap()
+            };
+            let (xd, yd) = (x.to_dense().unwrap(), y.to_dense().unwrap());
+            let bond = flat.len();
+            let inner = if rows { 1 } else { xd.len() / bond.max(1) };
+            for (e, (xe, ye)) in xd.iter().zip(&yd).enumerate() {
+                let want = xe * flat[(e / inner) % bond];
+                assert!(
+                    (ye - want).norm() <= 1e-14 * (1.0 + want.norm()),
+                    "{ye} vs {want}"
+                );
+            }
+        }
+        // Eigenvalues, real, made complex: V D V† of a Hermitian complex tensor.
+        let h = {
+            let s = Arc::new(random_endomorphism::<S>(&mut rng));
+            let x = AsyncArray::<Complex64, S>::random(Arc::clone(&s), seed ^ case ^ 3);
+            for c in 0..s.sectors().len() {
+                x.sector(c)
+                    .unwrap()
+                    .with_mut(|mut m| {
+                        let y = Mat::from_fn(m.nrows(), m.ncols(), |i, j| {
+                            (m[(i, j)] + m[(j, i)].conj()) * 0.5
+                        });
+                        m.copy_from(&y);
+                    })
+                    .unwrap();
+            }
+            x
+        };
+        let e = eigh(&h).unwrap();
+        let dc = e.values.to_complex().unwrap();
+        assert_eq!(
+            dc.to_real(0.0).unwrap().to_dense().unwrap(),
+            e.values.to_dense().unwrap()
+        );
+        for c in h.structure().sectors() {
+            let (v, d, m) = (
+                sector_of(&e.vectors, c.sector()),
+                sector_of(&dc, c.sector()),
+                sector_of(&h, c.sector()),
+            );
+            assert_close((&v * &d * v.adjoint()).as_ref(), m.as_ref(), "V D V†");
+        }
+    }
+}
+
+#[test]
+fn singular_values_and_eigenvalues_meet_complex_tensors() {
+    for_each_kind!(real_values_with_complex_cases);
+}
+
+#[test]
+fn scaling_off_the_bond_leg_is_refused_and_enrolls_nothing() {
+    let a = AsyncArray::<Complex64, U1>::random(u1_matrix(), 9);
+    let f = svd(&a, &Truncation::none()).unwrap();
+    let before = f.u.to_blocks().unwrap();
+    for err in [
+        f.s.scale_rows(&f.u).unwrap_err(),
+        f.s.scale_columns(&f.vt).unwrap_err(),
+        f.s.scale_columns(&a).unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::NotOnBond { .. }), "{err}");
+        assert!(err.to_string().contains("bond leg"), "{err}");
+    }
+    // A tensor whose domain has the bond leg's segments but the other direction.
+    let flipped = AsyncArray::<Complex64, U1>::zeros(
+        BlockStructure::new([f.s.leg().clone()], [f.s.leg().dual()], U1(0)).unwrap(),
+    );
+    assert!(matches!(
+        f.s.scale_columns(&flipped).unwrap_err(),
+        Error::NotOnBond { .. }
+    ));
+    assert_eq!(f.u.to_blocks().unwrap(), before);
 }
