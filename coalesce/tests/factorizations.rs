@@ -923,3 +923,31 @@ fn scaling_off_the_bond_leg_is_refused_and_enrolls_nothing() {
     ));
     assert_eq!(f.u.to_blocks().unwrap(), before);
 }
+
+/// Finite input whose factorization overflows (entries near the largest `f64`): what the
+/// kernels compute is not finite, and that is a typed error too, never handed on.
+#[test]
+fn a_finite_input_whose_factors_overflow_is_a_typed_error() {
+    let leg = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 1)]).unwrap();
+    let s = BlockStructure::new([leg.clone()], [leg.dual()], U1(0)).unwrap();
+    let a = AsyncArray::<f64, U1>::from_blocks(s, &[vec![1.5e308; 4], vec![1.0]]).unwrap();
+    let err = svd(&a, &Truncation::none()).unwrap_err();
+    assert!(
+        matches!(err, Error::NonFinite { .. } | Error::NoConvergence { .. }),
+        "{err}"
+    );
+    let label = U1(0);
+    let name = label.to_string();
+    let f = qr(&a).unwrap();
+    assert_non_finite(&poison_of(&f.r, &label), "QR", &name);
+    let g = lq(&a).unwrap();
+    assert_non_finite(&poison_of(&g.l, &label), "LQ", &name);
+    let e = eigh(&a).unwrap();
+    assert_non_finite(
+        &poison_of(&e.values, &label),
+        "Hermitian eigendecomposition",
+        &name,
+    );
+    // The other sector is computed.
+    assert_eq!(sector_of(&f.r, &U1(1))[(0, 0)].abs(), 1.0);
+}
