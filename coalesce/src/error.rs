@@ -2,8 +2,11 @@
 //!
 //! Owns [`Error`], the one error enum of `tessera-coalesce`. Invariant: every fallible
 //! operation of this crate returns one of these variants instead of panicking on user input,
-//! each message says what was expected and what was given, and an operation that returns an
-//! error has enrolled nothing and written nothing.
+//! each message says what was expected and what was given, and an operation that refuses its
+//! input when it is called has enrolled nothing and written nothing. What only the data
+//! decides ([`Error::NonFinite`], [`Error::NoConvergence`]) is found by a task: that task
+//! fails with the variant and poisons exactly what it would have written (a waiting
+//! operation such as `svd` returns it), and [`Error::from_task_failure`] reads it back out.
 
 /// Errors of coalesced views and per-sector factorizations.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
