@@ -96,7 +96,7 @@ fn first_non_finite<T: Scalar>(m: MatRef<'_, T>) -> Option<(usize, usize, T)> {
 }
 
 /// Whether both parts of `x` are finite.
-pub(crate) fn is_finite<T: Scalar>(x: T) -> bool {
+fn is_finite<T: Scalar>(x: T) -> bool {
     let z = x.to_c64();
     z.re.is_finite() && z.im.is_finite()
 }
