@@ -254,6 +254,34 @@ pub enum Error {
         given: tessera_core::Domain,
     },
 
+    /// A tolerance that is negative or not a number.
+    #[error("{what} {given} is invalid; expected a number >= 0 (or +inf)")]
+    InvalidTolerance {
+        /// Which tolerance.
+        what: &'static str,
+        /// The value given.
+        given: f64,
+    },
+
+    /// A complex tensor converted to a real one holds an element whose imaginary part is not
+    /// zero within the tolerance (or is not a number). Found when the conversion's task runs:
+    /// the task fails with it and poisons the blocks it converts (see
+    /// [`Error::from_task_failure`]).
+    #[error(
+        "expected a real tensor (every imaginary part at most {tol:e} in magnitude), but \
+         element {index:?} (block {block}) is {value}"
+    )]
+    ImaginaryPart {
+        /// The element's index in the tensor (one per leg, as `AsyncArray::get` takes it).
+        index: Vec<usize>,
+        /// The block holding it.
+        block: usize,
+        /// The element.
+        value: String,
+        /// The tolerance given.
+        tol: f64,
+    },
+
     /// The CUDA backend refused or failed a device operation.
     #[cfg(feature = "cuda")]
     #[error(transparent)]
@@ -271,6 +299,19 @@ impl Error {
         move |e| match e {
             AllocError::TooLarge { .. } => Error::Overflow { what },
             AllocError::Refused { bytes } => Error::Allocation { what, bytes },
+        }
+    }
+
+    /// The error of this crate that a failed task of this crate reported, when `err` is a
+    /// value poisoned by that failure (say [`Error::ImaginaryPart`] from
+    /// [`AsyncArray::to_real`](crate::AsyncArray::to_real)).
+    pub fn from_task_failure(err: &tessera_core::Error) -> Option<&Error> {
+        match err {
+            tessera_core::Error::Poisoned { origin } => match &origin.cause {
+                tessera_core::FailureCause::Error(e) => e.downcast_ref::<Error>(),
+                _ => None,
+            },
+            _ => None,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! (segments of sectors with a direction), [block structures](structure) (which blocks a
 //! tensor has and where each lives in its one sector-major allocation), and [`AsyncArray`]:
 //! one backing allocation, the structure as its synchronous descriptor table, one hazard
-//! record per block, per-block alias handles, and operations enrolled as one task per block.
+//! record per block, per-block alias handles, and operations enrolled as one task per block
+//! (among them the real/complex conversions `to_complex` and `to_real`).
 //! Structures are immutable once built; every constructor and operation checks its input
 //! and reports misuse as [`Error`] before anything is enrolled.
 //!
@@ -29,6 +30,7 @@
 #![deny(missing_docs)]
 
 mod array;
+mod convert;
 #[cfg(feature = "cuda")]
 pub mod device;
 mod error;

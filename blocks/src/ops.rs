@@ -172,7 +172,7 @@ fn fans_out(len: usize, threads: usize) -> bool {
 const STREAM_BYTES: usize = 16 << 20;
 
 /// What one task of an elementwise operation covers.
-enum Piece<'i> {
+pub(crate) enum Piece<'i> {
     /// Consecutive coupled sectors, as one flat span of the allocation.
     Span(std::ops::Range<usize>),
     /// Consecutive selected blocks, each with its shape.
@@ -181,7 +181,7 @@ enum Piece<'i> {
 
 /// Schedules a task as [`schedule_sequential_named`] when `sequential` (its kernel starts
 /// no parallel work: a waiting host may run it), else as [`schedule_named`].
-fn schedule_placed<A, F>(
+pub(crate) fn schedule_placed<A, F>(
     name: &'static str,
     sequential: bool,
     access: A,
@@ -204,7 +204,7 @@ fn kernel_error(e: impl std::error::Error + Send + Sync + 'static) -> KernelErro
 
 /// The operands of one elementwise kernel, cut alike into parts that pair up element for
 /// element ([`StridedRef::split_axis`]).
-trait Parts: Sized + Send {
+pub(crate) trait Parts: Sized + Send {
     /// The dims of the first operand.
     fn dims(&self) -> &[usize];
     /// Whether every operand has those dims (else the operands are not cut: the kernel
@@ -260,7 +260,7 @@ impl<A: Parts, B: Parts> Parts for (A, B) {
 /// this task runs on when there are `threads > 1` (in order on this thread otherwise). The
 /// parts depend on the views' dims alone, so a reduction that adds the results in order
 /// gives the same value on any number of threads.
-fn over_parts<V: Parts, R: Send>(
+pub(crate) fn over_parts<V: Parts, R: Send>(
     views: V,
     threads: usize,
     f: impl Fn(V) -> R + Sync + Send,
@@ -281,7 +281,7 @@ fn over_parts<V: Parts, R: Send>(
 
 /// [`over_parts`] for a kernel that can fail (on operands of different dims): the first
 /// failure, in the parts' order, as the task's error.
-fn try_over_parts<V: Parts, E: std::error::Error + Send + Sync + 'static>(
+pub(crate) fn try_over_parts<V: Parts, E: std::error::Error + Send + Sync + 'static>(
     views: V,
     threads: usize,
     f: impl Fn(V) -> Result<(), E> + Sync + Send,
@@ -313,7 +313,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// What the tasks of an elementwise operation cover: runs of consecutive entries of
     /// `ids` ([`runs`] of their blocks); with every block selected (`all`), runs of whole
     /// coupled sectors as flat spans instead (elementwise work needs no block shapes).
-    fn pieces<'i>(&self, ids: &'i [usize], all: bool) -> Vec<Piece<'i>> {
+    pub(crate) fn pieces<'i>(&self, ids: &'i [usize], all: bool) -> Vec<Piece<'i>> {
         let s = self.structure();
         if all {
             runs(s.sectors().iter().map(|c| c.len()))
@@ -333,7 +333,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
 
     /// Whether a view of `piece` is spread over `threads` workers by [`over_parts`]: its
     /// task is then scheduled as an ordinary task, not as a sequential one.
-    fn piece_fans_out(&self, piece: &Piece<'_>, threads: usize) -> bool {
+    pub(crate) fn piece_fans_out(&self, piece: &Piece<'_>, threads: usize) -> bool {
         let s = self.structure();
         match piece {
             Piece::Span(sectors) => {
@@ -352,7 +352,10 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     }
 
     /// Reads of a piece, for one task.
-    fn reads(&self, piece: &Piece<'_>) -> Vec<tessera_core::ReadBuffer<crate::BlockRegion<T>>> {
+    pub(crate) fn reads(
+        &self,
+        piece: &Piece<'_>,
+    ) -> Vec<tessera_core::ReadBuffer<crate::BlockRegion<T>>> {
         match piece {
             Piece::Span(sectors) => vec![self.sectors_span(sectors.clone()).into_read()],
             Piece::Blocks(ids) => self
@@ -364,7 +367,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     }
 
     /// Updates (`overwrite`: overwrites) of a piece, for one task.
-    fn writes(
+    pub(crate) fn writes(
         &self,
         piece: &Piece<'_>,
         overwrite: bool,

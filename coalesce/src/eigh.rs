@@ -6,11 +6,14 @@
 //! with each sector's eigenvalues in non-decreasing order. Legs and directions follow the
 //! `factor` module. Like faer, only the lower triangle of each sector matrix is read (the
 //! upper one is taken to be its adjoint). Nothing waits on the host: one scheduled task per
-//! sector writes both factors.
+//! sector writes both factors. A masked input is decomposed with its absent blocks as zeros
+//! (see the `factor` module): every sector matrix is then the full square matrix of its
+//! coupled sector.
 
 use crate::error::Error;
 use crate::factor::{
-    bond_leg, diagonal_structure, factor_sector, kernel_error, left_structure, re, sector_views,
+    SectorInfo, bond_leg, diagonal_structure, factor_sector, kernel_error, left_structure, re,
+    sector_views, with_absent_as_zeros,
 };
 use faer::Side;
 use tessera_backends::{Field, Real, Scalar};
@@ -50,40 +53,53 @@ fn check_endomorphism<S: AbelianSector>(s: &BlockStructure<S>) -> Result<(), Err
 
 /// The eigendecomposition of the Hermitian tensor `a`, one task per coupled sector.
 ///
+/// A tensor whose structure leaves out allowed blocks (a presence mask) is decomposed with
+/// its absent blocks as zeros; the factors' structures have no mask.
+///
 /// # Errors
 ///
-/// [`Error::NotEndomorphism`] and [`Error::PackedSector`] before anything is enrolled.
-/// A sector whose decomposition does not converge poisons both factors with
-/// [`Error::NoConvergence`].
+/// [`Error::NotEndomorphism`] before anything is enrolled. What the data decides poisons
+/// both factors (sectors that do not depend on it are computed): [`Error::NonFinite`] when a
+/// sector matrix holds a NaN or an infinity anywhere (in either triangle; or a result
+/// computed from it would), and [`Error::NoConvergence`]. [`Error::from_task_failure`] or
+/// [`Error::task_failure`] reads the typed reason out of the poison a wait gives.
 pub fn eigh<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Eigh<T, S>, Error> {
     check_endomorphism(a.structure())?;
+    let filled = with_absent_as_zeros(a)?;
+    let a = filled.as_ref().unwrap_or(a);
     let views = sector_views(a)?;
     let sectors = a.structure().sectors();
     let bond = bond_leg(sectors.iter().map(|c| (c.sector().clone(), c.rows())))?;
     let vectors = AsyncArray::zeros(left_structure(a.structure(), &bond)?);
     let values = AsyncArray::<Real<T>, S>::zeros(diagonal_structure(&bond)?);
     let rt = Runtime::current();
-    for (i, (view, c)) in views.iter().zip(sectors).enumerate() {
+    for (view, c) in views.iter().zip(sectors) {
         let (vc, dc) = (
             factor_sector(&vectors, c.sector())?,
             factor_sector(&values, c.sector())?,
         );
+        let info = SectorInfo::new("Hermitian eigendecomposition", c.sector());
         rt.schedule_named(
             "coalesce.eigh",
             (view.read(), vc.overwrite(), dc.overwrite()),
             move |(m, mut vc, mut dc)| {
+                let shape = (m.nrows(), m.ncols());
+                info.check_finite(m, shape, "the sector matrix")?;
                 let e = m.self_adjoint_eigen(Side::Lower).map_err(|_| {
                     kernel_error(Error::NoConvergence {
-                        what: "Hermitian eigendecomposition",
-                        sector: i,
-                        rows: m.nrows(),
-                        cols: m.ncols(),
+                        what: info.operation,
+                        sector: info.sector.clone(),
+                        rows: shape.0,
+                        cols: shape.1,
                     })
                 })?;
+                let values: Vec<f64> = e.S().column_vector().iter().map(|&x| re(x)).collect();
+                info.check_values(&values, shape, "eigenvalue")?;
+                info.check_finite(e.U(), shape, "the eigenvectors")?;
                 vc.copy_from(e.U());
                 dc.fill(Real::<T>::ZERO);
-                for (j, &x) in e.S().column_vector().iter().enumerate() {
-                    dc[(j, j)] = Real::<T>::from_f64(re(x));
+                for (j, &x) in values.iter().enumerate() {
+                    dc[(j, j)] = Real::<T>::from_f64(x);
                 }
                 Ok(())
             },

@@ -8,10 +8,12 @@
 //! and [`GatheredBlocks`], the explicit copy of any block set of one sector into a
 //! temporary; and per-sector factorizations through faer ([`svd`] with global
 //! [`Truncation`], [`qr`], [`lq`], [`eigh`]) that return block-sparse factors joined by a new
-//! bond leg. Invariant: a coalesced view is never given fresh records: it is ordered by
-//! exactly the records of the blocks it covers, enrolled in one step, so block views and
-//! coalesced views of one array are ordered together (a write excludes every overlapping
-//! access, reads share).
+//! bond leg: a masked input is factored with its absent blocks as zeros, and a NaN or an
+//! infinity fails the sector's task with [`Error::NonFinite`] (read out of a poisoned factor
+//! with [`Error::from_task_failure`]) instead of giving NaN factors. Invariant: a coalesced
+//! view is never given fresh records: it is ordered by exactly the records of the blocks it
+//! covers, enrolled in one step, so block views and coalesced views of one array are ordered
+//! together (a write excludes every overlapping access, reads share).
 //!
 //! ```
 //! use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};

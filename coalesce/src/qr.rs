@@ -6,10 +6,14 @@
 //! triangular in every sector. Legs and directions follow the `factor` module. No decision
 //! depends on the values, so the factors' structures are known at the call and nothing waits
 //! on the host: one scheduled task per sector reads the sector matrix of `A` and overwrites
-//! the sector matrices of both factors.
+//! the sector matrices of both factors. A masked input is factored with its absent blocks as
+//! zeros (see the `factor` module).
 
 use crate::error::Error;
-use crate::factor::{bond_leg, factor_sector, left_structure, right_structure, sector_views};
+use crate::factor::{
+    SectorInfo, bond_leg, factor_sector, left_structure, right_structure, sector_views,
+    with_absent_as_zeros,
+};
 use tessera_backends::Field;
 use tessera_blocks::{AbelianSector, AsyncArray, Leg};
 use tessera_core::Runtime;
@@ -42,12 +46,21 @@ fn thin_bond<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Leg<S>,
     )
 }
 
-/// The QR decomposition of `a`, one task per coupled sector.
+/// The QR decomposition of `a`, one task per coupled sector. A tensor whose structure
+/// leaves out allowed blocks (a presence mask) is factored with its absent blocks as zeros;
+/// the factors' structures have no mask.
 ///
 /// # Errors
 ///
-/// [`Error::PackedSector`] before anything is enrolled.
+/// [`Error::Core`] only when the runtime refuses to enroll the tasks. What the data decides
+/// surfaces through the factors, which the failed sector's task poisons: waiting on one of
+/// their blocks or sectors gives the poison, and [`Error::from_task_failure`] or
+/// [`Error::task_failure`] reads the typed reason out of it, [`Error::NonFinite`] when the
+/// sector matrix holds a NaN or an infinity (or a factor computed from it would). Sectors
+/// that do not depend on the failure are computed.
 pub fn qr<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Qr<T, S>, Error> {
+    let filled = with_absent_as_zeros(a)?;
+    let a = filled.as_ref().unwrap_or(a);
     let views = sector_views(a)?;
     let bond = thin_bond(a)?;
     let q = AsyncArray::zeros(left_structure(a.structure(), &bond)?);
@@ -58,13 +71,19 @@ pub fn qr<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Qr<T, S>, 
             factor_sector(&q, c.sector())?,
             factor_sector(&r, c.sector())?,
         );
+        let info = SectorInfo::new("QR", c.sector());
         rt.schedule_named(
             "coalesce.qr",
             (view.read(), qc.overwrite(), rc.overwrite()),
-            |(m, mut qc, mut rc)| {
+            move |(m, mut qc, mut rc)| {
+                let shape = (m.nrows(), m.ncols());
+                info.check_finite(m, shape, "the sector matrix")?;
                 let f = m.qr();
-                qc.copy_from(f.compute_thin_Q());
-                rc.copy_from(f.thin_R());
+                let (q, r) = (f.compute_thin_Q(), f.thin_R());
+                info.check_finite(r, shape, "R")?;
+                info.check_finite(q.as_ref(), shape, "Q")?;
+                qc.copy_from(q);
+                rc.copy_from(r);
                 Ok(())
             },
         )?;
@@ -73,12 +92,14 @@ pub fn qr<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Qr<T, S>, 
 }
 
 /// The LQ decomposition of `a` (the QR decomposition of `a†`, adjoined), one task per
-/// coupled sector.
+/// coupled sector. Absent blocks of a masked input are zeros, as for [`qr`].
 ///
 /// # Errors
 ///
-/// [`Error::PackedSector`] before anything is enrolled.
+/// As [`qr`]: what the data decides ([`Error::NonFinite`]) poisons the factors.
 pub fn lq<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Lq<T, S>, Error> {
+    let filled = with_absent_as_zeros(a)?;
+    let a = filled.as_ref().unwrap_or(a);
     let views = sector_views(a)?;
     let bond = thin_bond(a)?;
     let l = AsyncArray::zeros(left_structure(a.structure(), &bond)?);
@@ -89,13 +110,19 @@ pub fn lq<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Lq<T, S>, 
             factor_sector(&l, c.sector())?,
             factor_sector(&q, c.sector())?,
         );
+        let info = SectorInfo::new("LQ", c.sector());
         rt.schedule_named(
             "coalesce.lq",
             (view.read(), lc.overwrite(), qc.overwrite()),
-            |(m, mut lc, mut qc)| {
+            move |(m, mut lc, mut qc)| {
+                let shape = (m.nrows(), m.ncols());
+                info.check_finite(m, shape, "the sector matrix")?;
                 let f = m.adjoint().qr();
-                lc.copy_from(f.thin_R().adjoint());
-                qc.copy_from(f.compute_thin_Q().adjoint());
+                let (q, r) = (f.compute_thin_Q(), f.thin_R());
+                info.check_finite(r.transpose(), shape, "L")?;
+                info.check_finite(q.as_ref().transpose(), shape, "Q")?;
+                lc.copy_from(r.adjoint());
+                qc.copy_from(q.adjoint());
                 Ok(())
             },
         )?;

@@ -17,11 +17,12 @@
 
 use crate::error::Error;
 use crate::factor::{
-    bond_leg, diagonal_structure, factor_sector, kernel_error, left_structure, re, right_structure,
-    sector_views,
+    SectorInfo, bond_leg, diagonal_structure, factor_sector, kernel_error, left_structure, re,
+    right_structure, sector_views, with_absent_as_zeros,
 };
 use crate::truncation::Truncation;
 use faer::Mat;
+use std::sync::Arc;
 use tessera_backends::{Field, Real, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, Leg};
 use tessera_core::{Async, Runtime};
@@ -64,8 +65,130 @@ impl<R: Scalar, S: AbelianSector> SingularValues<R, S> {
         self.len() == 0
     }
 
+    /// The same bond leg with `f` applied to every kept value: `sqrt` to split `S` evenly
+    /// between `U` and `V†`, `1 / x` to undo it, a rescaling after truncation.
+    #[must_use]
+    pub fn map(&self, f: impl Fn(R) -> R) -> Self {
+        Self {
+            leg: self.leg.clone(),
+            values: self
+                .values
+                .iter()
+                .map(|v| v.iter().map(|&x| f(x)).collect())
+                .collect(),
+        }
+    }
+
+    /// `x · S`: a new tensor with column `j` of bond segment `i` of `x` multiplied by
+    /// `values(i)[j]`, for `x` whose only domain leg is the bond leg (as `U`'s), real or
+    /// complex (any scalar whose real type is `R`). Absorbs `S` into `U` without making `S`
+    /// a tensor of `x`'s element type and contracting. Scheduled, one task per coupled sector
+    /// of `x` that reads exactly its blocks; does not wait.
+    ///
+    /// ```
+    /// use num_complex::Complex64;
+    /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+    /// use tessera_coalesce::{Truncation, svd};
+    ///
+    /// let leg = Leg::new(Direction::In, [(U1(0), 3), (U1(1), 4)])?;
+    /// let s = BlockStructure::new([leg.clone()], [leg.dual()], U1(0))?;
+    /// let a = AsyncArray::<Complex64, U1>::random(s, 1);
+    /// let f = svd(&a, &Truncation::max_dim(4))?;
+    /// let us = f.s.scale_columns(&f.u)?; // U·S, complex, for the left-canonical step
+    /// let sv = f.s.map(f64::sqrt).scale_rows(&f.vt)?; // √S·V†
+    /// # let _ = (us, sv);
+    /// # Ok::<(), tessera_coalesce::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOnBond`] when `x`'s domain is not exactly the bond leg; nothing is
+    /// enrolled then.
+    pub fn scale_columns<T: Scalar<Real = R>>(
+        &self,
+        x: &AsyncArray<T, S>,
+    ) -> Result<AsyncArray<T, S>, Error> {
+        let st = x.structure();
+        if st.domain() != std::slice::from_ref(&self.leg) {
+            return Err(Error::NotOnBond {
+                expected: "a tensor whose only domain leg is the bond leg (as U's)",
+                given: st.summary(),
+            });
+        }
+        self.scale(x, st.n_codomain())
+    }
+
+    /// `S · x`: a new tensor with row `j` of bond segment `i` of `x` multiplied by
+    /// `values(i)[j]`, for `x` whose only codomain leg is the dual bond leg (as `V†`'s), real
+    /// or complex. Scheduled like [`scale_columns`](Self::scale_columns).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOnBond`] when `x`'s codomain is not exactly the dual bond leg; nothing is
+    /// enrolled then.
+    pub fn scale_rows<T: Scalar<Real = R>>(
+        &self,
+        x: &AsyncArray<T, S>,
+    ) -> Result<AsyncArray<T, S>, Error> {
+        let st = x.structure();
+        if st.codomain() != std::slice::from_ref(&self.leg.dual()) {
+            return Err(Error::NotOnBond {
+                expected: "a tensor whose only codomain leg is the dual bond leg (as V†'s)",
+                given: st.summary(),
+            });
+        }
+        self.scale(x, 0)
+    }
+
+    /// `x` with the bond axis `axis` (leg `axis`: the last for columns, the first for rows)
+    /// scaled by the values of its segment. One task per coupled sector of `x`: it reads the
+    /// sector's blocks and overwrites the same blocks of the result, element by element
+    /// (the blocks' layouts are those of one structure, whatever its mask).
+    fn scale<T: Scalar<Real = R>>(
+        &self,
+        x: &AsyncArray<T, S>,
+        axis: usize,
+    ) -> Result<AsyncArray<T, S>, Error> {
+        let st = x.structure();
+        let out = AsyncArray::<T, S>::empty(Arc::clone(st));
+        let rt = Runtime::current();
+        for sector in st.sectors() {
+            let ids: Vec<usize> = sector.blocks().collect();
+            // Per block: its bond segment's values, and how many elements each bond index
+            // repeats over before the next (the product of the dims before the bond axis).
+            let plan: Vec<(Vec<R>, usize)> = ids
+                .iter()
+                .map(|&id| {
+                    let b = st.block(id).expect("a block of the sector");
+                    let inner = b.shape()[..axis].iter().product();
+                    (self.values[b.segments()[axis]].clone(), inner)
+                })
+                .collect();
+            rt.schedule_named(
+                "coalesce.scale_bond",
+                (
+                    x.block_set(&ids)?.into_read(),
+                    out.block_set(&ids)?.into_overwrite(),
+                ),
+                move |(xs, mut ys)| {
+                    for (k, (values, inner)) in plan.iter().enumerate() {
+                        let mut y = ys.get_mut(k);
+                        let copied = y.assign_map(&xs.get(k), |v| v);
+                        assert!(copied, "one structure: a block has the same dims in both");
+                        let d = values.len();
+                        y.update(|e, v| v * T::from_real(values[(e / inner) % d]));
+                    }
+                    Ok(())
+                },
+            )?;
+        }
+        Ok(out)
+    }
+
     /// `S` as a real block-diagonal tensor: codomain the dual bond leg, domain the bond
-    /// leg, trivial flux, so that `U · S · V†` contracts.
+    /// leg, trivial flux, so that `U · S · V†` contracts. For complex `U` and `V†`, make it
+    /// complex with [`AsyncArray::to_complex`], or scale them directly
+    /// ([`scale_columns`](Self::scale_columns), [`scale_rows`](Self::scale_rows)).
     ///
     /// # Errors
     ///
@@ -103,6 +226,22 @@ pub struct Svd<T: Scalar, S: AbelianSector> {
     pub total_weight: f64,
 }
 
+/// The name of a sector's SVD task.
+const SVD_TASK: &str = "coalesce.svd";
+
+/// A failure `svd` met while waiting for its sectors' tasks: the typed error that one of
+/// those tasks reported ([`Error::NonFinite`], [`Error::NoConvergence`]) as itself; any other
+/// (a poison that reached `a` from elsewhere, a wait refused) as [`Error::Core`].
+fn own_failure(e: tessera_core::Error) -> Error {
+    if let tessera_core::Error::Poisoned { origin } = &e
+        && origin.name == SVD_TASK
+        && let Some(own) = Error::from_task_failure(&e)
+    {
+        return own.clone();
+    }
+    Error::Core(e)
+}
+
 /// One sector's thin SVD, computed by its task.
 #[derive(Debug)]
 struct SectorSvd<T> {
@@ -112,6 +251,10 @@ struct SectorSvd<T> {
 }
 
 /// The singular value decomposition of `a`, per coupled sector, truncated globally.
+///
+/// A tensor whose structure leaves out allowed blocks (a presence mask) is factored with
+/// its absent blocks as zeros: the factors are those of the same tensor on the structure
+/// with every allowed block (the `factor` module), and their structures have no mask.
 ///
 /// ```
 /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
@@ -127,49 +270,56 @@ struct SectorSvd<T> {
 ///
 /// # Errors
 ///
-/// [`Error::InvalidTruncation`] and [`Error::PackedSector`] before anything is enrolled;
-/// [`Error::Core`] if a sector's task failed (its poison names [`Error::NoConvergence`], or
-/// the failure that poisoned `a`), and [`Error::Core`] with a wait error when called inside
-/// a task or on a worker thread: `svd` waits on the host for the singular values.
+/// [`Error::InvalidTruncation`] before anything is enrolled. Then, from the sectors' tasks
+/// (`svd` waits for them): [`Error::NonFinite`] when a sector matrix holds a NaN or an
+/// infinity (or its SVD produced one; the truncation never sees such a value), and
+/// [`Error::NoConvergence`]; [`Error::Core`] with the poison when `a` was poisoned by an
+/// earlier failure; and [`Error::Core`] with a wait error when called inside a task or on a
+/// worker thread: `svd` waits on the host for the singular values.
 pub fn svd<T: Field, S: AbelianSector>(
     a: &AsyncArray<T, S>,
     truncation: &Truncation,
 ) -> Result<Svd<T, S>, Error> {
     truncation.check()?;
+    let filled = with_absent_as_zeros(a)?;
+    let a = filled.as_ref().unwrap_or(a);
     let views = sector_views(a)?;
     let rt = Runtime::current();
     let mut parts = Vec::with_capacity(views.len());
-    for (c, view) in views.iter().enumerate() {
+    for (view, sector) in views.iter().zip(a.structure().sectors()) {
         let out = Async::new(SectorSvd {
             u: Mat::<T>::from_fn(0, 0, |_, _| T::ZERO),
             s: Vec::new(),
             vt: Mat::<T>::from_fn(0, 0, |_, _| T::ZERO),
         });
-        rt.schedule_named(
-            "coalesce.svd",
-            (view.read(), out.overwrite()),
-            move |(m, o)| {
-                let svd = m.thin_svd().map_err(|_| {
-                    kernel_error(Error::NoConvergence {
-                        what: "SVD",
-                        sector: c,
-                        rows: m.nrows(),
-                        cols: m.ncols(),
-                    })
-                })?;
-                o.u = svd.U().to_owned();
-                o.s = svd.S().column_vector().iter().map(|&x| re(x)).collect();
-                o.vt = svd.V().adjoint().to_owned();
-                Ok(())
-            },
-        )?;
+        let info = SectorInfo::new("SVD", sector.sector());
+        rt.schedule_named(SVD_TASK, (view.read(), out.overwrite()), move |(m, o)| {
+            let shape = (m.nrows(), m.ncols());
+            info.check_finite(m, shape, "the sector matrix")?;
+            let svd = m.thin_svd().map_err(|_| {
+                kernel_error(Error::NoConvergence {
+                    what: "SVD",
+                    sector: info.sector.clone(),
+                    rows: shape.0,
+                    cols: shape.1,
+                })
+            })?;
+            o.s = svd.S().column_vector().iter().map(|&x| re(x)).collect();
+            info.check_values(&o.s, shape, "singular value")?;
+            info.check_finite(svd.U(), shape, "U")?;
+            info.check_finite(svd.V(), shape, "V")?;
+            o.u = svd.U().to_owned();
+            o.vt = svd.V().adjoint().to_owned();
+            Ok(())
+        })?;
         parts.push(out);
     }
     // The one host wait (see the module docs): the decision needs every singular value.
     let values: Vec<Vec<f64>> = parts
         .iter()
         .map(|p| p.with(|o| o.s.clone()))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .map_err(own_failure)?;
     let total_weight = values.iter().flatten().map(|s| s * s).sum();
     let (kept, discarded_weight) = truncation.select(&values);
     let structure = a.structure();

@@ -75,6 +75,9 @@ impl Truncation {
     /// How many values each sector keeps, and the discarded weight (sum of the squares of
     /// the discarded values). `values[c]` are sector `c`'s singular values, non-increasing.
     pub(crate) fn select(&self, values: &[Vec<f64>]) -> (Vec<usize>, f64) {
+        // The sector tasks fail on a value that is not finite (`Error::NonFinite`) before
+        // their values reach the ranking.
+        debug_assert!(values.iter().flatten().all(|s| s.is_finite()));
         let mut ranked: Vec<(f64, usize, usize)> = values
             .iter()
             .enumerate()

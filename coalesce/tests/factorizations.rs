@@ -1,6 +1,8 @@
 //! Per-sector factorizations against faer's dense factorizations of the block-diagonal
-//! matrix of the sector matrices, on seeded random structures over several sector kinds,
-//! for `f64` and `Complex64`; and their misuse errors.
+//! matrix of the sector matrices, on seeded random structures over several sector kinds
+//! (fermionic ones included), half of them masked (absent blocks are zeros: the reference
+//! is the zero-filled tensor, built from the dense tensor), for `f64` and `Complex64`;
+//! non-finite input; and misuse errors.
 
 mod common;
 
@@ -38,6 +40,30 @@ fn random_structure<S: Kind>(rng: &mut ChaCha8Rng) -> BlockStructure<S> {
         acc.fuse_abelian(&l.effective_sector(i).unwrap())
     });
     BlockStructure::from_legs(legs, n_codomain, flux).unwrap()
+}
+
+/// A structure from `make`, half the time with a random presence mask.
+fn maybe_masked<S: Kind>(
+    rng: &mut ChaCha8Rng,
+    make: fn(&mut ChaCha8Rng) -> BlockStructure<S>,
+) -> BlockStructure<S> {
+    let s = make(rng);
+    if rng.gen_bool(0.5) {
+        s.with_present(&testing::random_mask(rng, s.num_allowed()))
+            .unwrap()
+    } else {
+        s
+    }
+}
+
+/// `a` with its absent blocks as zeros, on the structure with the same legs, split and flux
+/// and every allowed block: built through the dense tensor, independently of the library's
+/// own fill. For an unmasked `a`, a copy of it.
+fn zero_filled<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> AsyncArray<T, S> {
+    let s = a.structure();
+    let full =
+        BlockStructure::from_legs(s.legs().to_vec(), s.n_codomain(), s.flux().clone()).unwrap();
+    AsyncArray::from_dense(full, &a.to_dense().unwrap()).unwrap()
 }
 
 /// A space to itself: random codomain legs, their duals as the domain, trivial flux.
@@ -114,6 +140,16 @@ fn block_diag<T: Field>(mats: &[Mat<T>]) -> Mat<T> {
     d
 }
 
+/// The Hermitian matrix whose lower triangle is `m`'s (what a Hermitian eigensolver that
+/// reads the lower triangle decomposes).
+fn lower_hermitian<T: Field>(m: &Mat<T>) -> Mat<T> {
+    Mat::from_fn(m.nrows(), m.ncols(), |i, j| match i.cmp(&j) {
+        std::cmp::Ordering::Greater => m[(i, j)],
+        std::cmp::Ordering::Less => m[(j, i)].conj(),
+        std::cmp::Ordering::Equal => T::from_f64(re(m[(i, i)])),
+    })
+}
+
 fn re<T: Scalar>(x: T) -> f64 {
     x.to_c64().re
 }
@@ -121,9 +157,13 @@ fn re<T: Scalar>(x: T) -> f64 {
 /// Checks one SVD of `a` with `t` against the dense SVD of the block-diagonal matrix;
 /// returns how many values it kept.
 fn check_svd<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>, t: &Truncation) -> usize {
-    let mats = sector_matrices(a);
+    let full = zero_filled(a);
+    let mats = sector_matrices(&full);
     let r = svd(a, t).unwrap();
-    let s = a.structure();
+    let s = full.structure();
+    // The factors never carry a mask.
+    assert_eq!(r.u.num_blocks(), r.u.structure().num_allowed());
+    assert_eq!(r.vt.num_blocks(), r.vt.structure().num_allowed());
     // Legs: U's codomain is A's, V†'s domain is A's, and the bond contracts through S.
     assert_eq!(r.u.structure().codomain(), s.codomain());
     assert_eq!(r.vt.structure().domain(), s.domain());
@@ -208,10 +248,11 @@ fn check_svd<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>, t: &Truncation) -
 
 fn svd_cases<T: Field, S: Kind>(seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    for case in 0..25 {
-        let s = Arc::new(random_structure::<S>(&mut rng));
+    for case in 0..40 {
+        let s = Arc::new(maybe_masked(&mut rng, random_structure::<S>));
         let a = AsyncArray::<T, S>::random(Arc::clone(&s), seed ^ case);
-        let n: usize = s.sectors().iter().map(|c| c.rows().min(c.cols())).sum();
+        let full = Arc::clone(zero_filled(&a).structure());
+        let n: usize = full.sectors().iter().map(|c| c.rows().min(c.cols())).sum();
         assert_eq!(check_svd(&a, &Truncation::none()), n);
         if n == 0 {
             continue;
@@ -251,12 +292,17 @@ fn svd_cases<T: Field, S: Kind>(seed: u64) {
 
 fn qr_cases<T: Field, S: Kind>(seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    for case in 0..25 {
-        let s = Arc::new(random_structure::<S>(&mut rng));
-        let a = AsyncArray::<T, S>::random(Arc::clone(&s), seed ^ case);
-        let mats = sector_matrices(&a);
+    for case in 0..40 {
+        let masked = Arc::new(maybe_masked(&mut rng, random_structure::<S>));
+        let a = AsyncArray::<T, S>::random(Arc::clone(&masked), seed ^ case);
+        let full = zero_filled(&a);
+        let s = Arc::clone(full.structure());
+        let mats = sector_matrices(&full);
         let f = qr(&a).unwrap();
         let g = lq(&a).unwrap();
+        for x in [&f.q, &f.r, &g.l, &g.q] {
+            assert_eq!(x.num_blocks(), x.structure().num_allowed(), "no mask");
+        }
         assert_eq!(f.q.structure().codomain(), s.codomain());
         assert_eq!(f.r.structure().domain(), s.domain());
         assert_eq!(g.q.structure().domain(), s.domain());
@@ -313,22 +359,41 @@ fn qr_cases<T: Field, S: Kind>(seed: u64) {
 
 fn eigh_cases<T: Field, S: Kind>(seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    for case in 0..25 {
-        let s = Arc::new(random_endomorphism::<S>(&mut rng));
-        let a = AsyncArray::<T, S>::random(Arc::clone(&s), seed ^ case);
-        for c in 0..s.sectors().len() {
-            a.sector(c)
+    for case in 0..40 {
+        let masked = Arc::new(maybe_masked(&mut rng, random_endomorphism::<S>));
+        // A Hermitian tensor on every allowed block; the input keeps its present blocks
+        // (absent ones as zeros leave it Hermitian only for a symmetric mask: both are
+        // decomposed from their lower triangles).
+        let unmasked =
+            BlockStructure::from_legs(masked.legs().to_vec(), masked.n_codomain(), S::trivial())
+                .unwrap();
+        let h = AsyncArray::<T, S>::random(unmasked, seed ^ case);
+        for c in 0..h.structure().sectors().len() {
+            h.sector(c)
                 .unwrap()
                 .with_mut(|mut m| {
-                    let h = Mat::from_fn(m.nrows(), m.ncols(), |i, j| {
+                    let x = Mat::from_fn(m.nrows(), m.ncols(), |i, j| {
                         (m[(i, j)] + m[(j, i)].conj()) * T::from_f64(0.5)
                     });
-                    m.copy_from(&h);
+                    m.copy_from(&x);
                 })
                 .unwrap();
         }
-        let mats = sector_matrices(&a);
+        let present: Vec<Vec<T>> = masked
+            .blocks()
+            .map(|b| {
+                h.block(b.allowed_index())
+                    .unwrap()
+                    .with(|v| v.to_vec())
+                    .unwrap()
+            })
+            .collect();
+        let a = AsyncArray::from_blocks(Arc::clone(&masked), &present).unwrap();
+        let full = zero_filled(&a);
+        let s = Arc::clone(full.structure());
+        let mats: Vec<Mat<T>> = sector_matrices(&full).iter().map(lower_hermitian).collect();
         let e = eigh(&a).unwrap();
+        assert_eq!(e.vectors.num_blocks(), e.vectors.structure().num_allowed());
         assert_eq!(e.vectors.structure().codomain(), s.codomain());
         let mut ours = Vec::new();
         for (c, m) in s.sectors().iter().zip(&mats) {
@@ -365,6 +430,13 @@ fn eigh_cases<T: Field, S: Kind>(seed: u64) {
 }
 
 macro_rules! for_each_kind {
+    ($check:ident) => {{
+        $check::<Trivial>(0x11);
+        $check::<U1>(0x22);
+        $check::<Zn<3>>(0x33);
+        $check::<Product<U1, U1>>(0x44);
+        $check::<Product<U1, FermionParity>>(0x66);
+    }};
     ($check:ident, $t:ty) => {{
         $check::<$t, Trivial>(0x11);
         $check::<$t, U1>(0x22);
@@ -447,24 +519,6 @@ fn misuse_gives_typed_errors_and_enrolls_nothing() {
         eigh(&skew).unwrap_err(),
         Error::NotEndomorphism { .. }
     ));
-    // A packed sector is not one matrix.
-    let (masked, _) = (0..s.num_allowed())
-        .find_map(|dropped| {
-            let mut mask: BitVec = std::iter::repeat_n(true, s.num_allowed()).collect();
-            mask.set(dropped, false);
-            let m = s.with_present(&mask).unwrap();
-            let packed = m.sectors().iter().position(|c| !c.is_dense());
-            packed.map(|k| (m, k))
-        })
-        .unwrap();
-    let p = AsyncArray::<f64, U1>::random(masked, 4);
-    assert!(matches!(
-        svd(&p, &Truncation::none()).unwrap_err(),
-        Error::PackedSector { .. }
-    ));
-    assert!(matches!(qr(&p).unwrap_err(), Error::PackedSector { .. }));
-    assert!(matches!(lq(&p).unwrap_err(), Error::PackedSector { .. }));
-    assert!(matches!(eigh(&p).unwrap_err(), Error::PackedSector { .. }));
     assert_eq!((a.to_blocks().unwrap(), epochs(&a)), before);
 }
 
@@ -485,4 +539,415 @@ fn a_poisoned_input_poisons_the_factors() {
     for k in (0..f.q.structure().sectors().len()).filter(|&k| k != poisoned) {
         f.q.sector(k).unwrap().wait().unwrap();
     }
+}
+
+/// The first mask of `s` dropping `k` allowed blocks whose structure satisfies `pick`.
+fn mask_where(
+    s: &BlockStructure<U1>,
+    k: usize,
+    pick: impl Fn(&BlockStructure<U1>) -> bool,
+) -> BlockStructure<U1> {
+    let n = s.num_allowed();
+    (0..1usize << n)
+        .filter(|m| m.count_ones() as usize == n - k)
+        .map(|m| {
+            let mask: BitVec = (0..n).map(|i| m >> i & 1 == 1).collect();
+            s.with_present(&mask).unwrap()
+        })
+        .find(|m| pick(m))
+        .expect("such a mask")
+}
+
+fn assert_same<T: Field, S: AbelianSector>(x: &AsyncArray<T, S>, y: &AsyncArray<T, S>, what: &str) {
+    assert_eq!(x.structure(), y.structure(), "{what}: structure");
+    let (x, y) = (x.to_dense().unwrap(), y.to_dense().unwrap());
+    let n = x.len();
+    let (x, y) = (
+        Mat::from_fn(n, 1, |i, _| x[i]),
+        Mat::from_fn(n, 1, |i, _| y[i]),
+    );
+    assert_close(x.as_ref(), y.as_ref(), what);
+}
+
+/// Pins the bug where a masked input whose sectors still formed matrices was factored from
+/// its present rows and columns while the factors were built on the unmasked legs: `Ok`,
+/// then the copy task panicked inside faer on the shapes, and every factor was poisoned by
+/// that panic. Also the masks that were refused ([`Error::PackedSector`]): a hole in a
+/// sector matrix, and a sector with no present block at all.
+#[test]
+fn masked_inputs_factor_as_their_zero_filled_tensor() {
+    let s = u1_matrix();
+    let full_rows = |m: &BlockStructure<U1>| {
+        m.sectors()
+            .iter()
+            .map(|c| (c.rows(), c.cols()))
+            .collect::<Vec<_>>()
+    };
+    let unmasked = full_rows(&s);
+    let masks = [
+        // Every sector dense and present, one smaller than its coupled sector's matrix.
+        mask_where(&s, 2, |m| {
+            m.sectors().iter().all(|c| c.is_dense())
+                && m.sectors().len() == unmasked.len()
+                && full_rows(m) != unmasked
+        }),
+        // A packed sector (a hole in its matrix).
+        mask_where(&s, 1, |m| m.sectors().iter().any(|c| !c.is_dense())),
+        // A coupled sector with no present block.
+        mask_where(&s, 1, |m| m.sectors().len() < unmasked.len()),
+    ];
+    for (k, masked) in masks.into_iter().enumerate() {
+        let a = AsyncArray::<Complex64, U1>::random(masked, 40 + k as u64);
+        let full = zero_filled(&a);
+        for t in [Truncation::none(), Truncation::max_dim(5)] {
+            let (x, y) = (svd(&a, &t).unwrap(), svd(&full, &t).unwrap());
+            assert_eq!(x.s.leg(), y.s.leg());
+            for ((_, p), (_, q)) in x.s.iter().zip(y.s.iter()) {
+                for (p, q) in p.iter().zip(q) {
+                    assert!((p - q).abs() <= 1e-12 * (1.0 + q), "{p} vs {q}");
+                }
+            }
+            assert_same(&x.u, &y.u, "U");
+            assert_same(&x.vt, &y.vt, "V†");
+            check_svd(&a, &t);
+        }
+        let (x, y) = (qr(&a).unwrap(), qr(&full).unwrap());
+        assert_same(&x.q, &y.q, "QR Q");
+        assert_same(&x.r, &y.r, "QR R");
+        let (x, y) = (lq(&a).unwrap(), lq(&full).unwrap());
+        assert_same(&x.l, &y.l, "LQ L");
+        assert_same(&x.q, &y.q, "LQ Q");
+        let (x, y) = (eigh(&a).unwrap(), eigh(&full).unwrap());
+        assert_same(&x.vectors, &y.vectors, "eigenvectors");
+        assert_same(&x.values, &y.values, "eigenvalues");
+    }
+}
+
+/// `a` with `value` at element `at` of block `block` (for a complex type, in the imaginary
+/// part when `imaginary`).
+fn with_entry<T: Field, S: AbelianSector>(
+    a: &AsyncArray<T, S>,
+    (block, at): (usize, usize),
+    value: f64,
+    imaginary: bool,
+) -> AsyncArray<T, S> {
+    let mut blocks = a.to_blocks().unwrap();
+    let z = if imaginary && T::IS_COMPLEX {
+        Complex64::new(blocks[block][at].to_c64().re, value)
+    } else {
+        Complex64::new(value, 0.0)
+    };
+    blocks[block][at] = T::from_c64(z);
+    AsyncArray::from_blocks(Arc::clone(a.structure()), &blocks).unwrap()
+}
+
+/// The typed error a factor's sector `label` was poisoned with.
+fn poison_of<T: Scalar, S: AbelianSector>(x: &AsyncArray<T, S>, label: &S) -> Error {
+    let c = x.structure().sector_index(label).unwrap();
+    let e = x.sector(c).unwrap().wait().unwrap_err();
+    Error::from_task_failure(&e)
+        .unwrap_or_else(|| panic!("a typed task error, not {e}"))
+        .clone()
+}
+
+/// Every sector of `x` but `label` is computed, with finite entries.
+fn others_computed<T: Scalar, S: AbelianSector>(x: &AsyncArray<T, S>, label: &S) {
+    for (c, sector) in x.structure().sectors().iter().enumerate() {
+        if sector.sector() != label {
+            let finite = x
+                .sector(c)
+                .unwrap()
+                .with(|m| {
+                    (0..m.ncols()).all(|j| {
+                        (0..m.nrows()).all(|i| {
+                            let z = m[(i, j)].to_c64();
+                            z.re.is_finite() && z.im.is_finite()
+                        })
+                    })
+                })
+                .unwrap();
+            assert!(finite, "sector {} of a factor", sector.sector());
+        }
+    }
+}
+
+fn assert_non_finite(e: &Error, operation: &str, label: &str) {
+    match e {
+        Error::NonFinite {
+            operation: op,
+            sector,
+            value,
+            ..
+        } => {
+            assert_eq!((*op, sector.as_str()), (operation, label), "{e}");
+            assert!(value.contains("NaN") || value.contains("inf"), "{e}");
+        }
+        other => panic!("expected NonFinite from the {operation}, got {other}"),
+    }
+}
+
+/// NaN, `+inf` and `-inf` anywhere (real or imaginary part, masked or not) give
+/// [`Error::NonFinite`] naming the factorization and the sector: `svd` returns it (the
+/// truncation never sees the value), `qr`, `lq` and `eigh` poison that sector of their
+/// factors with it and compute the others.
+fn non_finite_cases<T: Field, S: Kind>(seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut done = 0;
+    for case in 0..60 {
+        let endo = case % 2 == 0;
+        let make = if endo {
+            random_endomorphism::<S>
+        } else {
+            random_structure::<S>
+        };
+        let s = Arc::new(maybe_masked(&mut rng, make));
+        if s.num_blocks() == 0 {
+            continue;
+        }
+        let clean = AsyncArray::<T, S>::random(Arc::clone(&s), seed ^ case);
+        let block = rng.gen_range(0..s.num_blocks());
+        let b = s.block(block).unwrap();
+        let at = rng.gen_range(0..b.len());
+        let value = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][case as usize % 3];
+        let a = with_entry(&clean, (block, at), value, rng.gen_bool(0.5));
+        let label = b.coupled_sector().sector().clone();
+        let name = label.to_string();
+        let t = Truncation {
+            cutoff: Some(0.1),
+            max_dim: Some(3),
+            ..Truncation::none()
+        };
+        for t in [Truncation::none(), t] {
+            assert_non_finite(&svd(&a, &t).unwrap_err(), "SVD", &name);
+        }
+        let f = qr(&a).unwrap();
+        for x in [&f.q, &f.r] {
+            assert_non_finite(&poison_of(x, &label), "QR", &name);
+            others_computed(x, &label);
+        }
+        let g = lq(&a).unwrap();
+        for x in [&g.l, &g.q] {
+            assert_non_finite(&poison_of(x, &label), "LQ", &name);
+            others_computed(x, &label);
+        }
+        if endo {
+            let e = eigh(&a).unwrap();
+            assert_non_finite(
+                &poison_of(&e.vectors, &label),
+                "Hermitian eigendecomposition",
+                &name,
+            );
+            assert_non_finite(
+                &poison_of(&e.values, &label),
+                "Hermitian eigendecomposition",
+                &name,
+            );
+            others_computed(&e.vectors, &label);
+            others_computed(&e.values, &label);
+        }
+        // The clean tensor still factors.
+        svd(&clean, &Truncation::none()).unwrap();
+        done += 1;
+    }
+    assert!(done >= 40, "only {done} cases had a block");
+}
+
+#[test]
+fn non_finite_input_gives_a_typed_error_not_nan_factors() {
+    for_each_kind!(non_finite_cases, f64);
+    for_each_kind!(non_finite_cases, Complex64);
+}
+
+/// Pins the bug where `qr` and `lq` of a matrix holding NaN gave NaN factors with no error.
+#[test]
+fn qr_of_a_nan_matrix_is_an_error_not_nan_factors() {
+    let leg = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 2)]).unwrap();
+    let s = BlockStructure::new([leg.clone()], [leg.dual()], U1(0)).unwrap();
+    let a = AsyncArray::<f64, U1>::from_blocks(
+        s,
+        &[vec![1.0, f64::NAN, 0.0, 1.0], vec![2.0, 0.0, 0.0, 2.0]],
+    )
+    .unwrap();
+    let f = qr(&a).unwrap();
+    let Err(tessera_blocks::Error::Runtime(e)) = f.q.to_dense() else {
+        panic!("Q of a NaN matrix was computed");
+    };
+    let e = Error::from_task_failure(&e).unwrap();
+    assert_eq!(
+        *e,
+        Error::NonFinite {
+            operation: "QR",
+            sector: U1(0).to_string(),
+            rows: 2,
+            cols: 2,
+            value: "NaN".to_owned(),
+            place: "entry (1, 0) of the sector matrix".to_owned(),
+        }
+    );
+    assert!(e.to_string().contains("NaN"), "{e}");
+    // The same error read from the crate's own error type.
+    let err = Error::from(f.r.sector(0).unwrap().wait().unwrap_err());
+    assert_eq!(err.task_failure(), Some(e));
+    // The other sector is computed.
+    let r1 = f.r.sector(1).unwrap().with(|m| m.to_owned()).unwrap();
+    assert!((r1[(0, 0)].abs() - 2.0).abs() < 1e-12);
+    let g = lq(&a).unwrap();
+    assert!(g.l.to_dense().is_err());
+}
+
+/// The kept values of `s` in the bond leg's dense order (segment by segment).
+fn flat_values<S: AbelianSector>(s: &tessera_coalesce::SingularValues<f64, S>) -> Vec<f64> {
+    s.iter().flat_map(|(_, v)| v.iter().copied()).collect()
+}
+
+/// Real singular values and eigenvalues meet complex tensors: `S` scales `U`'s columns
+/// and `V†`'s rows (also of masked tensors on those legs, against the dense tensor scaled
+/// along the bond axis), `S` made complex is the diagonal `diag(s)` and contracts sector by
+/// sector to the same product, and complex-made eigenvalues rebuild `V D V†`.
+fn real_values_with_complex_cases<S: Kind>(seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for case in 0..25 {
+        let s = Arc::new(maybe_masked(&mut rng, random_structure::<S>));
+        let a = AsyncArray::<Complex64, S>::random(Arc::clone(&s), seed ^ case);
+        let t = if rng.gen_bool(0.5) {
+            Truncation::none()
+        } else {
+            Truncation::max_dim(rng.gen_range(1..=8))
+        };
+        let f = svd(&a, &t).unwrap();
+        let us = f.s.scale_columns(&f.u).unwrap();
+        let root = f.s.map(f64::sqrt);
+        let rv = root.scale_rows(&f.vt).unwrap();
+        let d = f.s.to_array().unwrap().to_complex().unwrap();
+        for (label, values) in f.s.iter() {
+            let (u, vt) = (sector_of(&f.u, label), sector_of(&f.vt, label));
+            let k = values.len();
+            let c = |x: f64| Complex64::new(x, 0.0);
+            let want = Mat::from_fn(u.nrows(), k, |i, j| u[(i, j)] * c(values[j]));
+            assert_close(sector_of(&us, label).as_ref(), want.as_ref(), "U·S");
+            let want = Mat::from_fn(k, vt.ncols(), |i, j| c(values[i].sqrt()) * vt[(i, j)]);
+            assert_close(sector_of(&rv, label).as_ref(), want.as_ref(), "√S·V†");
+            let dc = sector_of(&d, label);
+            let diag = Mat::from_fn(k, k, |i, j| if i == j { c(values[i]) } else { c(0.0) });
+            assert_close(dc.as_ref(), diag.as_ref(), "S as a complex tensor");
+            assert_close(
+                (&u * &dc * &vt).as_ref(),
+                (sector_of(&us, label) * &vt).as_ref(),
+                "U·S·V† both ways",
+            );
+        }
+        // Masked tensors on U's and V†'s legs, against the dense tensor scaled along the
+        // bond axis (the last for columns, the first for rows).
+        let flat = flat_values(&f.s);
+        for (x_structure, rows) in [(f.u.structure(), false), (f.vt.structure(), true)] {
+            let mask = testing::random_mask(&mut rng, x_structure.num_allowed());
+            let x = AsyncArray::<Complex64, S>::random(
+                x_structure.with_present(&mask).unwrap(),
+                seed ^ case ^ 7,
+            );
+            let y = if rows {
+                f.s.scale_rows(&x).unwrap()
+            } else {
+                f.s.scale_columns(&x).unwrap()
+            };
+            let (xd, yd) = (x.to_dense().unwrap(), y.to_dense().unwrap());
+            let bond = flat.len();
+            let inner = if rows { 1 } else { xd.len() / bond.max(1) };
+            for (e, (xe, ye)) in xd.iter().zip(&yd).enumerate() {
+                let want = xe * flat[(e / inner) % bond];
+                assert!(
+                    (ye - want).norm() <= 1e-14 * (1.0 + want.norm()),
+                    "{ye} vs {want}"
+                );
+            }
+        }
+        // Eigenvalues, real, made complex: V D V† of a Hermitian complex tensor.
+        let h = {
+            let s = Arc::new(random_endomorphism::<S>(&mut rng));
+            let x = AsyncArray::<Complex64, S>::random(Arc::clone(&s), seed ^ case ^ 3);
+            for c in 0..s.sectors().len() {
+                x.sector(c)
+                    .unwrap()
+                    .with_mut(|mut m| {
+                        let y = Mat::from_fn(m.nrows(), m.ncols(), |i, j| {
+                            (m[(i, j)] + m[(j, i)].conj()) * 0.5
+                        });
+                        m.copy_from(&y);
+                    })
+                    .unwrap();
+            }
+            x
+        };
+        let e = eigh(&h).unwrap();
+        let dc = e.values.to_complex().unwrap();
+        assert_eq!(
+            dc.to_real(0.0).unwrap().to_dense().unwrap(),
+            e.values.to_dense().unwrap()
+        );
+        for c in h.structure().sectors() {
+            let (v, d, m) = (
+                sector_of(&e.vectors, c.sector()),
+                sector_of(&dc, c.sector()),
+                sector_of(&h, c.sector()),
+            );
+            assert_close((&v * &d * v.adjoint()).as_ref(), m.as_ref(), "V D V†");
+        }
+    }
+}
+
+#[test]
+fn singular_values_and_eigenvalues_meet_complex_tensors() {
+    for_each_kind!(real_values_with_complex_cases);
+}
+
+#[test]
+fn scaling_off_the_bond_leg_is_refused_and_enrolls_nothing() {
+    let a = AsyncArray::<Complex64, U1>::random(u1_matrix(), 9);
+    let f = svd(&a, &Truncation::none()).unwrap();
+    let before = f.u.to_blocks().unwrap();
+    for err in [
+        f.s.scale_rows(&f.u).unwrap_err(),
+        f.s.scale_columns(&f.vt).unwrap_err(),
+        f.s.scale_columns(&a).unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::NotOnBond { .. }), "{err}");
+        assert!(err.to_string().contains("bond leg"), "{err}");
+    }
+    // A tensor whose domain has the bond leg's segments but the other direction.
+    let flipped = AsyncArray::<Complex64, U1>::zeros(
+        BlockStructure::new([f.s.leg().clone()], [f.s.leg().dual()], U1(0)).unwrap(),
+    );
+    assert!(matches!(
+        f.s.scale_columns(&flipped).unwrap_err(),
+        Error::NotOnBond { .. }
+    ));
+    assert_eq!(f.u.to_blocks().unwrap(), before);
+}
+
+/// Finite input whose factorization overflows (entries near the largest `f64`): what the
+/// kernels compute is not finite, and that is a typed error too, never handed on.
+#[test]
+fn a_finite_input_whose_factors_overflow_is_a_typed_error() {
+    let leg = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 1)]).unwrap();
+    let s = BlockStructure::new([leg.clone()], [leg.dual()], U1(0)).unwrap();
+    let a = AsyncArray::<f64, U1>::from_blocks(s, &[vec![1.5e308; 4], vec![1.0]]).unwrap();
+    let err = svd(&a, &Truncation::none()).unwrap_err();
+    assert!(
+        matches!(err, Error::NonFinite { .. } | Error::NoConvergence { .. }),
+        "{err}"
+    );
+    let label = U1(0);
+    let name = label.to_string();
+    let f = qr(&a).unwrap();
+    assert_non_finite(&poison_of(&f.r, &label), "QR", &name);
+    let g = lq(&a).unwrap();
+    assert_non_finite(&poison_of(&g.l, &label), "LQ", &name);
+    let e = eigh(&a).unwrap();
+    assert_non_finite(
+        &poison_of(&e.values, &label),
+        "Hermitian eigendecomposition",
+        &name,
+    );
+    // The other sector is computed.
+    assert_eq!(sector_of(&f.r, &U1(1))[(0, 0)].abs(), 1.0);
 }
