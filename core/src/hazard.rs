@@ -859,7 +859,9 @@ mod tests {
     #[test]
     fn reads_behind_a_pending_write_enroll_in_bounded_steps_each() {
         let table = RecordTable::new(1);
-        let n = 100_000_u64;
+        // Fewer under Miri, which interprets every step (it checks the gates' safety, not
+        // their cost).
+        let n = if cfg!(miri) { 40 } else { 100_000_u64 };
         let writer = enroll_on(&table, 0..1, 0, Mode::Overwrite);
         let before = reader_steps_so_far();
         let readers: Vec<_> = (1..=n)
@@ -902,7 +904,11 @@ mod tests {
     /// waits for exactly the reads of its record.
     #[test]
     fn splitting_a_run_with_many_pending_reads_does_not_copy_them() {
-        let (k, n) = (200_usize, 2_000_u64);
+        let (k, n) = if cfg!(miri) {
+            (6, 20)
+        } else {
+            (200_usize, 2_000_u64)
+        };
         let table = RecordTable::new(k);
         let _writer = enroll_on(&table, 0..k, 0, Mode::Overwrite);
         let whole: Vec<_> = (1..=n)

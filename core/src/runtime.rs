@@ -824,7 +824,9 @@ mod tests {
     /// visits a bounded number of reader entries each (a scan of the pending reads per read
     /// made it quadratic: 11-14 s), a write after them waits for all of them, and every read
     /// sees the held-back write's value.
+    // Far too slow to interpret with 10^5 tasks: not under Miri.
     #[test]
+    #[cfg_attr(miri, ignore)]
     fn reads_behind_a_pending_write_enroll_without_scanning_the_pending_ones() {
         let rt = Runtime::new(2).unwrap();
         let n = 100_000_usize;

@@ -495,7 +495,9 @@ fn nest_eager(
     .unwrap();
 }
 
+// Runs in every `cargo test` (3 s in a debug build); far too slow to interpret under Miri.
 #[test]
+#[cfg_attr(miri, ignore)]
 fn a_million_nested_eager_schedules_run_on_the_host_without_nesting() {
     // Each level used to run inside the kernel that scheduled it: 10^5 levels overflowed the
     // host's stack and aborted the process.
