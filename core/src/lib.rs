@@ -32,8 +32,9 @@
 //!   ([`Runtime::start_trace`]), as Chrome trace-event JSON for Perfetto.
 //!
 //! Tasks are dependency-counted continuations rather than futures; the `runtime` module says
-//! why. The models of the hazard record and of composite enrollment are loom tests
-//! (`RUSTFLAGS="--cfg loom" cargo test -p tessera-core --release --lib loom`).
+//! why, and how eager tasks that schedule eager tasks run without nesting on the stack. The
+//! models of the hazard record (with its reader gates) and of composite enrollment are loom
+//! tests (`RUSTFLAGS="--cfg loom" cargo test -p tessera-core --release --lib loom`).
 
 #![deny(missing_docs)]
 

@@ -1,6 +1,9 @@
-//! Loom models of the hazard record, of composite enrollment and of taking a queued node.
+//! Loom models of the hazard record, of composite enrollment, of reader gates and of taking
+//! a queued node.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p tessera-core --release --lib loom`.
+//! Under loom a run holds one read directly, so the second read of a run joins its gate:
+//! every model with two reads of a record since a write goes through a gate.
 //! Each model enrolls host-style nodes (woken through a latch) in program order on one
 //! thread, then lets loom threads run them in every interleaving it explores. The accesses
 //! check exclusion with counters; loom itself reports any deadlock.
@@ -306,5 +309,69 @@ fn loom_a_queued_node_is_taken_once_by_its_worker_or_a_waiting_host() {
         }
         host.join().unwrap();
         assert_eq!(taken.load(Ordering::Acquire), 1);
+    });
+}
+
+#[test]
+fn loom_a_write_closes_a_gate_while_its_reads_complete() {
+    // Two reads of a fresh record (the second joins the run's gate) run on other threads
+    // while this thread enrolls a write behind them, which closes the gate: the last read
+    // may release the gate before it is closed, while it is closed, or after. The write
+    // never overlaps a read and always runs (the gate completes exactly once).
+    model(|| {
+        let r = HazardRecord::new();
+        let probe = Arc::new(Probe::default());
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let p = enroll_wake(&[(&r, Mode::Read)]);
+                let probe = Arc::clone(&probe);
+                loom::thread::spawn(move || run(p, || read(&probe, 0)))
+            })
+            .collect();
+        let w = enroll_wake(&[(&r, Mode::Overwrite)]);
+        run(w, || write(&probe, 1));
+        for t in readers {
+            t.join().unwrap();
+        }
+        assert_eq!(probe.version.load(Ordering::Acquire), 1);
+    });
+}
+
+#[test]
+fn loom_splitting_a_run_hands_its_gate_to_both_halves() {
+    // Two reads of a whole table of two records (the second joins the gate), then a write of
+    // record 1 alone (it splits the run: each half gets a gate waiting for the old one) and
+    // a write of record 0 alone. The reads run on other threads meanwhile. Each write waits
+    // for both reads, and neither write waits for the other.
+    model(|| {
+        let table = RecordTable::new(2);
+        let all = HazardSet::span(&table, 0..2);
+        let probes = Arc::new([Probe::default(), Probe::default()]);
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let p = enroll_sets(&[(&all, Mode::Read)]);
+                let probes = Arc::clone(&probes);
+                loom::thread::spawn(move || {
+                    run(p, || {
+                        for probe in probes.iter() {
+                            probe.readers.fetch_add(1, Ordering::AcqRel);
+                        }
+                        for probe in probes.iter() {
+                            assert_eq!(probe.writers.load(Ordering::Acquire), 0);
+                            probe.readers.fetch_sub(1, Ordering::AcqRel);
+                        }
+                    })
+                })
+            })
+            .collect();
+        let w1 = enroll_wake(&[(&HazardRecord::of(&table, 1), Mode::Overwrite)]);
+        let w0 = enroll_wake(&[(&HazardRecord::of(&table, 0), Mode::Overwrite)]);
+        let p1 = Arc::clone(&probes);
+        let t1 = loom::thread::spawn(move || run(w1, || write(&p1[1], 1)));
+        run(w0, || write(&probes[0], 1));
+        t1.join().unwrap();
+        for t in readers {
+            t.join().unwrap();
+        }
     });
 }

@@ -17,6 +17,20 @@
 //!   holds a node lock while taking a hazard-record lock (enrollment takes record locks, then
 //!   node locks), so the two lock classes cannot deadlock.
 //!
+//! # Gates
+//!
+//! A *gate* ([`TaskNode::gate`]) is a node with no work: it stands for a group of reads of
+//! one hazard run, so that a later write waits for the whole group through one edge instead
+//! of one per read (see `hazard`). Each read of the group is a predecessor of the gate; the
+//! gate's submission guard is held while the group is *open* (reads may still join it) and
+//! dropped when the group is *closed* (a write, or a split of the run, takes it over). A
+//! gate is never ready before it is closed, and once closed it gains no predecessor. A gate
+//! that becomes ready is completed at once by whoever made it ready, inside
+//! [`complete`](TaskNode::complete), in a loop (gates released by gates never recurse), so
+//! it is never handed to a scheduler. Its successors are the one write that closed it, or
+//! the two gates of the halves of a split run; both are still held by their own guards when
+//! it is closed, so closing a gate never makes a task ready by itself.
+//!
 //! # Memory ordering
 //!
 //! `pending` is lowered with `AcqRel`: the thread that brings it to zero acquires every
@@ -44,9 +58,14 @@ struct NodeState {
     queued: bool,
 }
 
-/// One enrolled operation.
+/// The id gates carry (they are no task: no error or trace names them).
+const GATE_ID: TaskId = TaskId(u64::MAX);
+
+/// One enrolled operation, or a gate (see the module docs).
 pub(crate) struct TaskNode {
     id: TaskId,
+    /// A gate: no work; completed by whoever makes it ready.
+    gate: bool,
     pending: AtomicUsize,
     /// `state.done`, readable without the lock (set in the same critical section): for
     /// pruning finished readers, a hint that may lag, never for adding edges.
@@ -57,8 +76,18 @@ pub(crate) struct TaskNode {
 impl TaskNode {
     /// A node holding its submission guard (`pending == 1`), with no work attached yet.
     pub(crate) fn new(id: TaskId) -> Arc<Self> {
+        Self::make(id, false)
+    }
+
+    /// An open gate: holding its guard (`pending == 1`), no predecessor yet, never any work.
+    pub(crate) fn gate() -> Arc<Self> {
+        Self::make(GATE_ID, true)
+    }
+
+    fn make(id: TaskId, gate: bool) -> Arc<Self> {
         Arc::new(Self {
             id,
+            gate,
             pending: AtomicUsize::new(1),
             finished: AtomicBool::new(false),
             state: Mutex::new(NodeState {
@@ -95,11 +124,41 @@ impl TaskNode {
         state.successors.push(Arc::clone(node));
     }
 
-    /// Whether `succ` waits for this node (for tests of enrollment).
+    /// Whether `succ` waits for this node directly (for tests of enrollment).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn has_successor(&self, succ: &TaskNode) -> bool {
         let state = self.state.lock();
         state.successors.iter().any(|s| std::ptr::eq(&**s, succ))
+    }
+
+    /// Whether `succ` waits for this node, directly or through gates (for tests of
+    /// enrollment: a write waits for a group of reads through their gate).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn precedes(&self, succ: &TaskNode) -> bool {
+        let mut todo: Vec<Arc<TaskNode>> = self.state.lock().successors.to_vec();
+        while let Some(s) = todo.pop() {
+            if std::ptr::eq(&*s, succ) {
+                return true;
+            }
+            if s.gate {
+                todo.extend(s.state.lock().successors.iter().cloned());
+            }
+        }
+        false
+    }
+
+    /// Closes an open gate: drops its guard (see the module docs). Called under the lock of
+    /// the table whose run held it, after its successor (a write or the gates of the halves
+    /// of a split) was made to wait for it.
+    pub(crate) fn close_gate(gate: Arc<TaskNode>) {
+        debug_assert!(gate.gate, "{} closed as a gate", gate.id);
+        if gate.release_one() {
+            // Every read of the group is done. Its successors are held by their own guards,
+            // so nothing becomes ready (module docs, *Gates*).
+            let mut ready: SmallVec<[Arc<TaskNode>; 0]> = SmallVec::new();
+            gate.complete(&mut ready);
+            debug_assert!(ready.is_empty(), "closing a gate made a task ready");
+        }
     }
 
     /// How many predecessors (plus the submission guard, while enrolling) the node still
@@ -161,8 +220,24 @@ impl TaskNode {
         state.work.take_if(|work| accept(work))
     }
 
-    /// Marks the node done and pushes the successors it made ready onto `ready`.
+    /// Marks the node done and pushes the successors it made ready onto `ready`. Gates it
+    /// makes ready are completed here too, in a loop (not by recursion: a chain of gates,
+    /// one per split of a run, costs no stack), and their ready successors pushed instead.
     pub(crate) fn complete(&self, ready: &mut impl Extend<Arc<TaskNode>>) {
+        let mut gates: SmallVec<[Arc<TaskNode>; 2]> = SmallVec::new();
+        self.finish_into(ready, &mut gates);
+        while let Some(gate) = gates.pop() {
+            gate.finish_into(ready, &mut gates);
+        }
+    }
+
+    /// Marks this node done and releases its successors: the ready ones go to `ready`, or to
+    /// `gates` for gates.
+    fn finish_into(
+        &self,
+        ready: &mut impl Extend<Arc<TaskNode>>,
+        gates: &mut SmallVec<[Arc<TaskNode>; 2]>,
+    ) {
         let successors = {
             let mut state = self.state.lock();
             debug_assert!(!state.done, "{} completed twice", self.id);
@@ -172,7 +247,11 @@ impl TaskNode {
         };
         for succ in successors {
             if succ.release_one() {
-                ready.extend(Some(succ));
+                if succ.gate {
+                    gates.push(succ);
+                } else {
+                    ready.extend(Some(succ));
+                }
             }
         }
     }

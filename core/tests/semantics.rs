@@ -459,3 +459,105 @@ fn a_host_wait_runs_its_queued_sequential_predecessor_and_leaves_other_tasks_to_
     assert!(!on_caller.get().unwrap(), "a worker ran it");
     assert_eq!(held.get().unwrap(), 1);
 }
+
+/// Schedules an eager task on `rt` whose kernel schedules the next one, `left` levels in all
+/// (each on a fresh value, so each is ready at once), and checks in every kernel that it
+/// runs on `caller`'s thread and inside no other kernel (`inside` counts the kernels running).
+fn nest_eager(
+    rt: Runtime,
+    levels: usize,
+    left: usize,
+    caller: std::thread::ThreadId,
+    inside: Arc<AtomicUsize>,
+    ran: Arc<AtomicUsize>,
+) {
+    let value = Async::new(0_u8);
+    let runtime = rt.clone();
+    rt.schedule_eager_named("nested", value.overwrite(), move |v| {
+        assert_eq!(
+            inside.fetch_add(1, Ordering::Relaxed),
+            0,
+            "nested on the stack"
+        );
+        assert_eq!(std::thread::current().id(), caller);
+        *v = 1;
+        assert_eq!(
+            ran.fetch_add(1, Ordering::Relaxed),
+            levels - left,
+            "out of order"
+        );
+        if left > 1 {
+            nest_eager(runtime, levels, left - 1, caller, Arc::clone(&inside), ran);
+        }
+        inside.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    })
+    .unwrap();
+}
+
+// Runs in every `cargo test` (3 s in a debug build); far too slow to interpret under Miri.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_million_nested_eager_schedules_run_on_the_host_without_nesting() {
+    // Each level used to run inside the kernel that scheduled it: 10^5 levels overflowed the
+    // host's stack and aborted the process.
+    let rt = Runtime::new(1).unwrap();
+    let levels = 1_000_000;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let caller = std::thread::current().id();
+    nest_eager(
+        rt.clone(),
+        levels,
+        levels,
+        caller,
+        Arc::clone(&inside),
+        Arc::clone(&ran),
+    );
+    // Every level ran, here, before the outermost call returned.
+    assert_eq!(ran.load(Ordering::Relaxed), levels);
+    assert_eq!(inside.load(Ordering::Relaxed), 0);
+    // The thread's eager loop has ended: a new eager task runs at once again, before the
+    // call returns.
+    let after = Async::new(0_u8);
+    let r = Arc::clone(&ran);
+    rt.schedule_eager_named("after", after.overwrite(), move |a| {
+        *a = 2;
+        r.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), levels + 1);
+    assert_eq!(after.get().unwrap(), 2);
+}
+
+#[test]
+fn eager_tasks_scheduled_by_an_eager_kernel_run_after_it_in_program_order() {
+    let rt = Runtime::new(1).unwrap();
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let out = Async::new(0_u32);
+    let (o, r) = (Arc::clone(&order), rt.clone());
+    let scratch: Vec<Async<u32>> = (0..3).map(|_| Async::new(0)).collect();
+    let views: Vec<_> = scratch.iter().map(Async::alias).collect();
+    rt.schedule_eager_named("outer", out.overwrite(), move |out| {
+        for (k, v) in views.into_iter().enumerate() {
+            let o = Arc::clone(&o);
+            r.schedule_eager_named("inner", v.write(), move |v| {
+                *v = k as u32;
+                o.lock().push(k + 1);
+                Ok(())
+            })
+            .unwrap();
+        }
+        // None has run yet: they wait for this kernel to return.
+        o.lock().push(0);
+        *out = 7;
+        Ok(())
+    })
+    .unwrap();
+    // All ran, on this thread, before the outermost call returned, in the order scheduled.
+    assert_eq!(*order.lock(), [0, 1, 2, 3]);
+    let values: Vec<u32> = scratch.iter().map(|s| s.get().unwrap()).collect();
+    assert_eq!(values, [0, 1, 2]);
+    assert_eq!(out.get().unwrap(), 7);
+}
