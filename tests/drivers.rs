@@ -87,6 +87,7 @@ fn dmrg_refuses_bad_flags_naming_them() {
     }
     // Nothing was written for the refused runs.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -177,6 +178,7 @@ fn block_gemm_refuses_bad_flags_and_runs_too_big_for_the_memory() {
     );
     // Refused before --json was opened: nothing was created.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -227,6 +229,7 @@ fn defaults_and_range_edges_are_accepted() {
     assert!(json.exists());
     drop(p);
     assert!(!json.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -307,6 +310,7 @@ fn outputs_are_opened_before_the_run_and_an_unwritable_one_is_named() {
     assert_eq!(out.path(), Path::new(&old));
     out.write(b"{}").unwrap();
     assert_eq!(std::fs::read_to_string(&old).unwrap(), "{}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
