@@ -3,11 +3,19 @@
 //! faer on the CPU, or (`--backend cuda`, built with `--features cuda`) both on CUDA device 0
 //! through cuBLAS, timed to the end of the device's work.
 //!
-//! Flags: `--sectors N`, `--sizes DIST` (`fixed:D`, `uniform:MIN-MAX` drawn per sector from
-//! `--seed`, or `list:D1,D2,...` cycled over the sectors), `--type f32|f64|c32|c64`,
-//! `--backend cpu|cuda`, `--reps N` (timed repetitions; the median is reported),
-//! `--threads T`, `--lanes L` (cuda: side streams for independent GEMMs, default 4),
-//! `--json FILE` (default `block_gemm.json`). Flops count real arithmetic: a
+//! Flags (`--help` lists them; parsed by `examples/args/block_gemm.rs`): `--sectors N`
+//! (1..=65536, default 8), `--sizes DIST` (`fixed:D`, `uniform:MIN-MAX` drawn per sector from
+//! `--seed`, or `list:D1,D2,...` cycled over the sectors; every side 1..=1048576, default
+//! `fixed:256`), `--type f32|f64|c32|c64`, `--backend cpu|cuda`, `--reps N` (timed
+//! repetitions, 1..=10000, default 5; the median is reported), `--threads T` (0..=1024; 0, the
+//! default, means one per available core, and the report says how many that is), `--lanes L`
+//! (cuda only: side streams for independent GEMMs, 1..=64, default 4), `--seed S`,
+//! `--json FILE` (default `block_gemm.json`, opened before the run), `--max-memory GIB`. Before
+//! allocating anything the driver computes, in checked arithmetic, the bytes of A, B, C and
+//! the dense baseline's three matrices, and refuses a run that needs more than `--max-memory`
+//! (default: the machine's memory, or 16 GiB where `/proc/meminfo` cannot be read). A bad,
+//! missing, repeated or unknown flag or value, a run too big, or an unwritable `--json` prints
+//! the usage naming the flag and exits with status 2. Flops count real arithmetic: a
 //! `m x k x n` product is `2 m k n` flops, `8 m k n` for complex types.
 //!
 //! ```sh
@@ -15,10 +23,12 @@
 //! cargo run --release --features cuda --example block_gemm -- --backend cuda --sizes fixed:1024
 //! ```
 
+#[allow(dead_code)] // the other drivers' flags, compiled here too
+#[path = "args/mod.rs"]
+mod args;
+
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, Par};
-use rand::{Rng, SeedableRng};
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera::backends::{Field, Scalar};
@@ -29,92 +39,7 @@ use tessera::prelude::Runtime;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const USAGE: &str = "usage: block_gemm [--sectors N] [--sizes fixed:D|uniform:MIN-MAX|list:D1,D2,..] \
-[--type f32|f64|c32|c64] [--backend cpu|cuda] [--reps N] [--threads T] [--lanes L] [--seed S] \
-[--json FILE]";
-
-/// What the driver reports instead of running.
-#[derive(Debug)]
-enum DriverError {
-    /// A flag's value could not be used.
-    Flag { flag: String, reason: String },
-    /// The backend exists in the design but is not part of this build.
-    #[cfg_attr(feature = "cuda", allow(dead_code))]
-    BackendNotBuilt {
-        backend: String,
-        needs: &'static str,
-    },
-}
-
-impl fmt::Display for DriverError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DriverError::Flag { flag, reason } => write!(f, "{flag}: {reason}\n{USAGE}"),
-            DriverError::BackendNotBuilt { backend, needs } => write!(
-                f,
-                "backend {backend:?} is not built: it needs {needs}, which this build does not \
-                 have (available: cpu)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for DriverError {}
-
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-fn flag_error(flag: &str, reason: impl Into<String>) -> DriverError {
-    DriverError::Flag {
-        flag: flag.to_owned(),
-        reason: reason.into(),
-    }
-}
-
-fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> Result<T> {
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => {
-            let v = args
-                .get(i + 1)
-                .ok_or_else(|| flag_error(name, "needs a value"))?;
-            Ok(v.parse()
-                .map_err(|_| flag_error(name, format!("cannot parse {v:?}")))?)
-        }
-    }
-}
-
-/// The block size of each sector, from `--sizes`.
-fn sizes(spec: &str, sectors: usize, seed: u64) -> Result<Vec<usize>> {
-    let bad = |reason: &str| flag_error("--sizes", format!("{spec:?}: {reason}"));
-    let num = |s: &str| -> Result<usize> {
-        match s.trim().parse::<usize>() {
-            Ok(d) if d > 0 => Ok(d),
-            _ => Err(bad("sizes are positive integers").into()),
-        }
-    };
-    let (kind, rest) = spec
-        .split_once(':')
-        .ok_or_else(|| bad("expected fixed:D, uniform:MIN-MAX or list:D1,D2,..."))?;
-    Ok(match kind {
-        "fixed" => vec![num(rest)?; sectors],
-        "uniform" => {
-            let (lo, hi) = rest
-                .split_once('-')
-                .ok_or_else(|| bad("expected MIN-MAX"))?;
-            let (lo, hi) = (num(lo)?, num(hi)?);
-            if lo > hi {
-                return Err(bad("MIN is above MAX").into());
-            }
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-            (0..sectors).map(|_| rng.gen_range(lo..=hi)).collect()
-        }
-        "list" => {
-            let list = rest.split(',').map(num).collect::<Result<Vec<_>>>()?;
-            (0..sectors).map(|q| list[q % list.len()]).collect()
-        }
-        _ => return Err(bad("unknown distribution").into()),
-    })
-}
 
 /// The median of the timings of `reps` runs of `f`.
 fn median_time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
@@ -273,7 +198,10 @@ fn measure_cuda<T: Field + tessera::backends::cuda::CudaScalar>(
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
+    // A bad flag, a run too big for the memory, or an output that cannot be opened: the
+    // usage, exit status 2, nothing allocated.
+    let prepared = args::parse_or_exit(args::block_gemm::Args::prepare);
+    match run(prepared) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -282,76 +210,55 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let known = [
-        "--sectors",
-        "--sizes",
-        "--type",
-        "--backend",
-        "--reps",
-        "--threads",
-        "--lanes",
-        "--seed",
-        "--json",
-    ];
-    for (i, a) in args.iter().enumerate() {
-        let is_value = i > 0 && known.contains(&args[i - 1].as_str());
-        if !is_value && !known.contains(&a.as_str()) {
-            return Err(flag_error(a, "unknown argument").into());
-        }
-    }
-    let sectors: usize = flag(&args, "--sectors", 8)?;
-    if sectors == 0 {
-        return Err(flag_error("--sectors", "at least 1").into());
-    }
-    let seed: u64 = flag(&args, "--seed", 7)?;
-    let size_spec: String = flag(&args, "--sizes", "fixed:256".to_owned())?;
-    let dims = sizes(&size_spec, sectors, seed)?;
-    let scalar: String = flag(&args, "--type", "f64".to_owned())?;
-    let backend: String = flag(&args, "--backend", "cpu".to_owned())?;
-    let reps: usize = flag(&args, "--reps", 5)?;
-    let reps = reps.max(1);
-    let threads: usize = flag(
-        &args,
-        "--threads",
-        std::thread::available_parallelism()?.get(),
-    )?;
-    let json_path: String = flag(&args, "--json", "block_gemm.json".to_owned())?;
+fn run(prepared: args::block_gemm::Prepared) -> Result<()> {
+    use args::block_gemm::{Backend, ScalarType};
+    let args::block_gemm::Prepared {
+        args,
+        dims,
+        memory,
+        threads,
+        json,
+    } = prepared;
+    let (sectors, reps, seed, scalar, backend) = (
+        args.sectors,
+        args.reps,
+        args.seed,
+        args.scalar,
+        args.backend,
+    );
     #[cfg(feature = "cuda")]
-    let lanes: usize = flag(&args, "--lanes", tessera::backends::cuda::LANES)?;
-    let runtime = Runtime::new(threads)?;
-    let unknown_type = || flag_error("--type", format!("unknown type {scalar:?}"));
-    let (block, dense, plan) = match (backend.as_str(), scalar.as_str()) {
-        ("cpu", "f32") => measure::<f32>(&runtime, &dims, reps, threads)?,
-        ("cpu", "f64") => measure::<f64>(&runtime, &dims, reps, threads)?,
-        ("cpu", "c32") => measure::<faer::c32>(&runtime, &dims, reps, threads)?,
-        ("cpu", "c64") => measure::<faer::c64>(&runtime, &dims, reps, threads)?,
-        ("cpu", _) => return Err(unknown_type().into()),
+    let lanes = args.lanes.unwrap_or(tessera::backends::cuda::LANES);
+    let runtime = Runtime::new(threads.count)?;
+    let threads_n = threads.count;
+    let (block, dense, plan) = match (backend, scalar) {
+        (Backend::Cpu, ScalarType::F32) => measure::<f32>(&runtime, &dims, reps, threads_n)?,
+        (Backend::Cpu, ScalarType::F64) => measure::<f64>(&runtime, &dims, reps, threads_n)?,
+        (Backend::Cpu, ScalarType::C32) => measure::<faer::c32>(&runtime, &dims, reps, threads_n)?,
+        (Backend::Cpu, ScalarType::C64) => measure::<faer::c64>(&runtime, &dims, reps, threads_n)?,
         #[cfg(feature = "cuda")]
-        ("cuda", "f32") => measure_cuda::<f32>(&runtime, &dims, reps, lanes)?,
+        (Backend::Cuda, ScalarType::F32) => measure_cuda::<f32>(&runtime, &dims, reps, lanes)?,
         #[cfg(feature = "cuda")]
-        ("cuda", "f64") => measure_cuda::<f64>(&runtime, &dims, reps, lanes)?,
-        #[cfg(feature = "cuda")]
-        ("cuda", _) => {
-            return Err(flag_error("--type", "the cuda backend takes f32 or f64").into());
+        (Backend::Cuda, ScalarType::F64) => measure_cuda::<f64>(&runtime, &dims, reps, lanes)?,
+        // `prepare` refuses these (cuda in a build without it, or with a complex type).
+        (Backend::Cuda, _) => {
+            return Err(
+                format!("backend cuda with {scalar} is not available in this build").into(),
+            );
         }
-        #[cfg(not(feature = "cuda"))]
-        ("cuda", _) => {
-            return Err(DriverError::BackendNotBuilt {
-                backend,
-                needs: "the `cuda` feature (cargo run --features cuda ...)",
-            }
-            .into());
-        }
-        _ => return Err(flag_error("--backend", format!("unknown backend {backend:?}")).into()),
     };
     let ratio = block.gflops() / dense.gflops();
     let (min, max) = (dims.iter().min().unwrap(), dims.iter().max().unwrap());
     let mean = dims.iter().sum::<usize>() as f64 / dims.len() as f64;
+    let size_spec = args.sizes.to_string();
     println!(
         "block GEMM: {sectors} sectors, sizes {size_spec} (min {min}, mean {mean:.1}, max {max}), \
-         {scalar}, backend {backend}, {threads} threads, median of {reps}"
+         {scalar}, backend {backend}, {threads}, median of {reps}"
+    );
+    println!(
+        "memory: block-sparse A, B, C {:.3} GiB, dense {n}x{n} A, B, C {:.3} GiB",
+        memory.blocks as f64 / (1u64 << 30) as f64,
+        memory.dense as f64 / (1u64 << 30) as f64,
+        n = memory.dense_side
     );
     println!("plan: {plan}");
     println!(
@@ -381,16 +288,17 @@ fn run() -> Result<()> {
         "sectors": sectors,
         "sizes": size_spec,
         "block_dims": dims,
-        "type": scalar,
-        "backend": backend,
-        "threads": threads,
+        "type": scalar.to_string(),
+        "backend": backend.to_string(),
+        "threads": threads.count,
         "reps": reps,
         "seed": seed,
         "block_gemm": row_json(&block),
         "dense_gemm": row_json(&dense),
         "ratio": ratio,
     });
-    std::fs::write(&json_path, serde_json::to_string_pretty(&report)? + "\n")?;
+    let json_path = json.path().display().to_string();
+    json.write((serde_json::to_string_pretty(&report)? + "\n").as_bytes())?;
     println!("wrote {json_path}");
     Ok(())
 }

@@ -6,10 +6,21 @@
 //! result must equal the same program replayed in order on one thread, which this driver
 //! checks and prints, with the timings.
 //!
+//! Flags (`--help` lists them; parsed by `examples/args/task_graph.rs`): `--records N`
+//! (3..=1048576, default 64), `--rounds N` (1..=16777216, default 2000; records x rounds at
+//! most 2^26 tasks, all enrolled before the first read), `--threads T` (0..=1024; 0, the
+//! default, means one per available core, and the report says how many that is),
+//! `--trace FILE` (opened before the run). A bad, missing, repeated or unknown flag or value,
+//! or an unwritable `--trace`, prints the usage naming the flag and exits with status 2.
+//!
 //! ```sh
 //! cargo run --release --example task_graph -- --records 64 --rounds 2000 --threads 2
 //! cargo run --release --example task_graph -- --rounds 50 --trace trace.json  # Perfetto opens it
 //! ```
+
+#[allow(dead_code)] // the other drivers' flags, compiled here too
+#[path = "args/mod.rs"]
+mod args;
 
 use std::time::Instant;
 use tessera::prelude::*;
@@ -20,33 +31,17 @@ fn step(left: u64, right: u64, own: u64, round: u64) -> u64 {
         .wrapping_add(round)
 }
 
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} expects a number, got {v}"))
-        })
-        .unwrap_or(default)
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let records = arg(&args, "--records", 64).max(3);
-    let rounds = arg(&args, "--rounds", 2000);
-    let threads = arg(
-        &args,
-        "--threads",
-        std::thread::available_parallelism()?.get(),
-    );
-    let runtime = Runtime::new(threads)?;
-    let trace_path = args
-        .iter()
-        .position(|a| a == "--trace")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
-    if trace_path.is_some() {
+    // A bad flag, or an output that cannot be opened: the usage, exit status 2, nothing run.
+    let args::task_graph::Prepared {
+        args,
+        tasks,
+        threads,
+        trace,
+    } = args::parse_or_exit(args::task_graph::Args::prepare);
+    let (records, rounds) = (args.records, args.rounds);
+    let runtime = Runtime::new(threads.count)?;
+    if trace.is_some() {
         runtime.start_trace();
     }
 
@@ -67,10 +62,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let enrolled = start.elapsed();
     let result: Vec<u64> = values.iter().map(Async::get).collect::<Result<_, _>>()?;
     let total = start.elapsed();
-    if let Some(path) = &trace_path {
-        let trace = runtime.stop_trace();
-        trace.write_chrome(path)?;
-        println!("wrote {} task events to {path}", trace.events.len());
+    if let Some(out) = trace {
+        let t = runtime.stop_trace();
+        let path = out.path().display().to_string();
+        out.write(t.to_chrome_json().as_bytes())?;
+        println!("wrote {} task events to {path}", t.events.len());
     }
 
     let replay_start = Instant::now();
@@ -83,11 +79,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let replay_time = replay_start.elapsed();
 
-    let tasks = records * rounds;
     let checksum = result.iter().fold(0u64, |a, v| a ^ v.rotate_left(7));
-    println!(
-        "task graph: {records} records x {rounds} sweeps = {tasks} tasks on {threads} workers"
-    );
+    println!("task graph: {records} records x {rounds} sweeps = {tasks} tasks on {threads}");
     println!(
         "enrolled in {:.3} s, done in {:.3} s: {:.2} M tasks/s",
         enrolled.as_secs_f64(),

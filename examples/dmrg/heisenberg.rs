@@ -275,7 +275,7 @@ pub(crate) struct Settings {
     pub(crate) sites: usize,
     /// The largest bond dimension kept.
     pub(crate) chi: usize,
-    /// The most sweeps run.
+    /// The most sweeps run (at least 1: the energy is the last sweep's).
     pub(crate) sweeps: usize,
     /// Stop once a sweep changes the energy by less than this.
     pub(crate) tol: f64,
@@ -350,10 +350,11 @@ impl Dmrg {
     /// A run from the Néel state, its right environments built.
     pub(crate) fn new(settings: Settings) -> Result<Self> {
         let l = settings.sites;
-        if l < 2 || settings.chi == 0 {
+        if l < 2 || settings.chi == 0 || settings.sweeps == 0 {
             return Err(format!(
-                "DMRG needs at least 2 sites and chi >= 1 (given {l} sites, chi {})",
-                settings.chi
+                "DMRG needs at least 2 sites, chi >= 1 and sweeps >= 1 (given {l} sites, chi {}, \
+                 {} sweeps)",
+                settings.chi, settings.sweeps
             )
             .into());
         }

@@ -7,12 +7,24 @@
 //! progress line on stderr follows each sweep's steps. The last line is `E0 = <energy>`.
 //! The machinery (MPO, environments, Lanczos, sweep) is `heisenberg.rs` beside this file.
 //!
+//! Flags (`--help` lists them; parsed by `examples/args/dmrg.rs`): `--sites L` (2..=4096,
+//! default 32), `--chi D` (1..=16384, default 128), `--sweeps N` (1..=10000, default 20),
+//! `--tol E` (finite, >= 0, default 1e-10), `--threads T` (0..=1024; 0, the default, means one
+//! per available core, and the header says how many that is), `--trace FILE` (the task
+//! timeline as Chrome trace-event JSON; the file is opened before the run, so an unwritable
+//! path is refused at once). A bad, missing, repeated or unknown flag or value, or an
+//! unwritable `--trace`, prints the usage naming the flag and exits with status 2; a failure
+//! during the run exits with status 1.
+//!
 //! ```sh
 //! cargo run --release --example dmrg                                  # L = 32, chi = 128
 //! cargo run --release --example dmrg -- --sites 64 --chi 256 --sweeps 8 --tol 1e-9 --threads 2
 //! cargo run --release --example dmrg -- --sites 16 --trace dmrg.json  # Perfetto opens it
 //! ```
 
+#[allow(dead_code)] // the other drivers' flags, compiled here too
+#[path = "../args/mod.rs"]
+mod args;
 mod heisenberg;
 
 use heisenberg::{Dmrg, Progress, Result, Settings, SweepStats};
@@ -23,25 +35,10 @@ use tessera::prelude::Runtime;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const USAGE: &str =
-    "usage: dmrg [--sites L] [--chi D] [--sweeps N] [--tol E] [--threads T] [--trace FILE]";
-
-/// The value after `name`, parsed, or `default`.
-fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> Result<T> {
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => {
-            let v = args
-                .get(i + 1)
-                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))?;
-            v.parse()
-                .map_err(|_| format!("{name}: cannot parse {v:?}\n{USAGE}").into())
-        }
-    }
-}
-
 fn main() -> std::process::ExitCode {
-    match run() {
+    // A bad flag, or an output that cannot be opened: the usage, exit status 2, nothing run.
+    let prepared = args::parse_or_exit(args::dmrg::Args::prepare);
+    match run(prepared) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -50,42 +47,18 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let known = [
-        "--sites",
-        "--chi",
-        "--sweeps",
-        "--tol",
-        "--threads",
-        "--trace",
-    ];
-    for (i, a) in args.iter().enumerate() {
-        let is_value = i > 0 && known.contains(&args[i - 1].as_str());
-        if !is_value && !known.contains(&a.as_str()) {
-            return Err(format!("unknown argument {a:?}\n{USAGE}").into());
-        }
-    }
-    let mut settings = Settings::new(flag(&args, "--sites", 32)?, flag(&args, "--chi", 128)?);
-    settings.sweeps = flag(&args, "--sweeps", settings.sweeps)?;
-    settings.tol = flag(&args, "--tol", settings.tol)?;
-    let threads = flag(
-        &args,
-        "--threads",
-        std::thread::available_parallelism()?.get(),
-    )?;
-    let trace: Option<String> = match args.iter().position(|a| a == "--trace") {
-        None => None,
-        Some(i) => Some(
-            args.get(i + 1)
-                .cloned()
-                .ok_or_else(|| format!("--trace needs a file name\n{USAGE}"))?,
-        ),
-    };
-
-    let runtime = Runtime::new(threads)?;
+fn run(prepared: args::dmrg::Prepared) -> Result<()> {
+    let args::dmrg::Prepared {
+        args,
+        threads,
+        trace,
+    } = prepared;
+    let mut settings = Settings::new(args.sites, args.chi);
+    settings.sweeps = args.sweeps;
+    settings.tol = args.tol;
+    let runtime = Runtime::new(threads.count)?;
     println!(
-        "two-site DMRG, Heisenberg chain: L = {}, chi = {}, at most {} sweeps, tol = {:e}, {} threads",
+        "two-site DMRG, Heisenberg chain: L = {}, chi = {}, at most {} sweeps, tol = {:e}, {}",
         settings.sites, settings.chi, settings.sweeps, settings.tol, threads
     );
     println!(
@@ -126,9 +99,10 @@ fn run() -> Result<()> {
         dmrg.run(progress, report)
     })?;
     let total = start.elapsed();
-    if let Some(path) = &trace {
+    if let Some(out) = trace {
         let t = runtime.stop_trace();
-        t.write_chrome(path)?;
+        let path = out.path().display().to_string();
+        out.write(t.to_chrome_json().as_bytes())?;
         println!("wrote {} task events to {path}", t.events.len());
     }
     let l = settings.sites as f64;

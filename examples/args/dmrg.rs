@@ -1,0 +1,65 @@
+//! The `dmrg` driver's flags. Owns their ranges; invariant: a [`Prepared`] run has every flag
+//! in range and its `--trace` file (if any) open for writing.
+
+use super::{MAX_THREADS, Output, Threads, in_range, non_negative, threads_parser};
+use clap::Parser;
+use std::path::PathBuf;
+
+/// The longest chain `--sites` takes.
+pub(crate) const MAX_SITES: u64 = 4096;
+/// The largest bond dimension `--chi` takes.
+pub(crate) const MAX_CHI: u64 = 16384;
+/// The most sweeps `--sweeps` takes.
+pub(crate) const MAX_SWEEPS: u64 = 10_000;
+
+/// Two-site DMRG for the open spin-1/2 Heisenberg chain with U(1) symmetry.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "dmrg", allow_negative_numbers = true)]
+pub(crate) struct Args {
+    /// Chain length L (2..=4096).
+    #[arg(long, value_name = "L", default_value_t = 32, value_parser = in_range(2, MAX_SITES))]
+    pub(crate) sites: usize,
+    /// The largest bond dimension kept (1..=16384).
+    #[arg(long, value_name = "D", default_value_t = 128, value_parser = in_range(1, MAX_CHI))]
+    pub(crate) chi: usize,
+    /// The most sweeps run (1..=10000).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = in_range(1, MAX_SWEEPS))]
+    pub(crate) sweeps: usize,
+    /// Stop once a sweep changes the energy by less than this (finite, >= 0).
+    #[arg(long, value_name = "E", default_value_t = 1e-10, value_parser = non_negative, allow_hyphen_values = true)]
+    pub(crate) tol: f64,
+    /// Worker threads (0..=1024; 0: one per available core).
+    #[arg(long, value_name = "T", default_value_t = 0, value_parser = threads_parser())]
+    pub(crate) threads: usize,
+    /// Write the runtime's task timeline here as Chrome trace-event JSON (Perfetto opens it);
+    /// opened before the run.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) trace: Option<PathBuf>,
+}
+
+/// A run the flags allow.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// The flags.
+    pub(crate) args: Args,
+    /// The workers, `--threads` resolved.
+    pub(crate) threads: Threads,
+    /// `--trace`, open.
+    pub(crate) trace: Option<Output>,
+}
+
+impl Args {
+    /// Resolves `--threads` and opens `--trace`, or the usage error naming the flag.
+    pub(crate) fn prepare(self) -> Result<Prepared, clap::Error> {
+        debug_assert!(self.threads <= MAX_THREADS);
+        let trace = match &self.trace {
+            Some(path) => Some(Output::open::<Args>("--trace", path)?),
+            None => None,
+        };
+        Ok(Prepared {
+            threads: Threads::resolve(self.threads),
+            trace,
+            args: self,
+        })
+    }
+}
