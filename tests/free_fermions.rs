@@ -50,6 +50,10 @@
 //!   of left and right isometries (SVD factors, orthonormal as plain matrices), `theta ->
 //!   psi` is an isometry, so Lanczos on `H_eff` is the usual DMRG step.
 //!
+//! Both signs in their smallest form, on one tensor: the full contraction of `conj(A)` with
+//! `A` is `<A|A>` only with the reversal sign and the twist
+//! (`a_tensor_paired_with_its_conjugate_is_its_norm_only_with_the_reversal_sign_and_twist`).
+//!
 //! Duplicated from `examples/dmrg/heisenberg.rs` (which is `U1`-only): `lanczos`,
 //! `lowest_of_tridiagonal`, the sweep skeleton (`Dmrg::new`/`update_*`/`step`/`sweep`/`run`)
 //! and most contraction specs, adapted to `FermionicU1`; the MPO and its leg order, the
@@ -650,4 +654,48 @@ fn a_hop_over_a_site_gives_the_free_fermion_energy_at_16_sites() {
     let got = dmrg(&runtime, l, l / 2, t, 64, Bra::Adjoint);
     println!("L = {l}, t2 = {}: DMRG {got:.15}, exact {exact:.15}", t.1);
     assert!((got - exact).abs() < 1e-10, "{got} vs {exact}");
+}
+
+#[test]
+fn a_tensor_paired_with_its_conjugate_is_its_norm_only_with_the_reversal_sign_and_twist() {
+    // The minimal form of what the DMRG needs: for A(k In, s In, r Out), the full
+    // contraction of conj(A) with A (in place, as `conj_a` does) is not <A|A> but
+    // sum_blocks (-1)^(pairs of odd legs + |r|) |A_b|^2; with the reversal sign on the
+    // conjugated operand and the twist on the Out leg it is <A|A>.
+    let runtime = Runtime::new(2).unwrap();
+    runtime
+        .enter(|| -> Result<()> {
+            let v = Leg::new(Direction::In, (-1..=2).map(|n| (charge(n), 2)))?;
+            let s = BlockStructure::new([v.clone(), physical_leg()?], [v.dual()], charge(0))?;
+            let a = AsyncArray::random(s, 11);
+            let pair = Contraction::new("ksr,ksr->")?.conj_a();
+            let in_place = pair.apply(1.0, &a, &a)?.to_dense()?[0];
+            let mut want = 0.0;
+            for (b, data) in a.structure().blocks().zip(a.to_blocks()?) {
+                let p: Vec<bool> = b.sectors().iter().map(|s| s.parity()).collect();
+                let pairs = usize::from(p[0] && p[1])
+                    + usize::from(p[0] && p[2])
+                    + usize::from(p[1] && p[2]);
+                let sign = if (pairs + usize::from(p[2])) % 2 == 1 {
+                    -1.0
+                } else {
+                    1.0
+                };
+                want += sign * data.iter().map(|x| x * x).sum::<f64>();
+            }
+            let norm2 = a.inner(&a, Blocks::All)?.get()?;
+            assert!(
+                (in_place - want).abs() < 1e-12 * norm2,
+                "{in_place} vs {want}"
+            );
+            assert!(
+                (in_place - norm2).abs() > 1e-2 * norm2,
+                "{in_place} vs {norm2}"
+            );
+            let adjoint = pair.apply(1.0, &with_reversal_sign(&a)?, &twisted(&a, 2)?)?;
+            let got = adjoint.to_dense()?[0];
+            assert!((got - norm2).abs() < 1e-12 * norm2, "{got} vs {norm2}");
+            Ok(())
+        })
+        .unwrap();
 }
