@@ -84,9 +84,10 @@ fn physical_leg() -> Result<Leg<FermionicU1>> {
 }
 
 /// MPO bond states by their dense index on the MPO leg (segments: charge -1, 0, +1, two
-/// states each): an `a` placed one site back (`M1`) or two (`M2`), waiting for its `a^+`;
-/// nothing placed yet; the term complete; an `a^+` placed one site back (`P1`) or two
-/// (`P2`). The four waiting states are odd: they carry the fermion.
+/// states each): an `a` placed on the site just left of the bond (`M1`) or on the one
+/// before (`M2`), waiting for its `a^+`; nothing placed yet; the term complete; likewise an
+/// `a^+` waiting for its `a` (`P1`, `P2`). The four waiting states are odd: they carry the
+/// fermion.
 const M1: usize = 0;
 const M2: usize = 1;
 const START: usize = 2;
@@ -139,8 +140,8 @@ fn trivial_leg(direction: Direction, n: i32) -> Result<Leg<FermionicU1>> {
     Ok(Leg::new(direction, [(charge(n), 1)])?)
 }
 
-/// A product state of `n` particles on `l` sites, spread evenly (half filling alternates
-/// occupied and empty sites, starting occupied): bond dimension 1.
+/// A product state of `n` particles on `l` sites, spread evenly (at half filling every
+/// second site is occupied): bond dimension 1.
 fn product_state(l: usize, n: usize) -> Result<Vec<Tensor>> {
     let p = physical_leg()?;
     let mut placed = 0;
@@ -161,36 +162,33 @@ fn product_state(l: usize, n: usize) -> Result<Vec<Tensor>> {
     Ok(mps)
 }
 
-/// A copy of `a` with the sign of reversing its legs: `(-1)` on the blocks with an odd number
-/// of pairs of odd legs. Its in-place conjugate (the contraction's `conj_b`) is the graded
-/// adjoint of `a`, read in `a`'s leg order.
-fn with_reversal_sign(a: &Tensor) -> Result<Tensor> {
-    let negative: Vec<usize> = a
+/// A copy of `x` with `(-1)` on the blocks whose sectors (one per leg) satisfy `negative`.
+fn negated(x: &Tensor, negative: impl Fn(&[FermionicU1]) -> bool) -> Result<Tensor> {
+    let ids: Vec<usize> = x
         .structure()
         .blocks()
-        .filter(|b| {
-            let odd = b.sectors().iter().filter(|s| s.parity()).count();
-            (odd * odd.saturating_sub(1) / 2) % 2 == 1
-        })
+        .filter(|b| negative(b.sectors()))
         .map(|b| b.id())
         .collect();
-    let y = a.duplicate();
-    y.scale(-1.0, Blocks::Only(&negative))?;
+    let y = x.duplicate();
+    y.scale(-1.0, Blocks::Only(&ids))?;
     Ok(y)
+}
+
+/// A copy of `a` with the sign of reversing its legs: `(-1)` on the blocks with an odd
+/// number of pairs of odd legs. Its in-place conjugate (the contraction's `conj_b`) is the
+/// graded adjoint of `a`, read in `a`'s leg order.
+fn with_reversal_sign(a: &Tensor) -> Result<Tensor> {
+    negated(a, |sectors| {
+        let odd = sectors.iter().filter(|s| s.parity()).count();
+        (odd * odd.saturating_sub(1) / 2) % 2 == 1
+    })
 }
 
 /// A copy of `x` with `(-1)` on the blocks whose sector on `leg` is odd: the twist that
 /// turns the graded pairing of an open `Out` leg into the Hilbert-space inner product.
 fn twisted(x: &Tensor, leg: usize) -> Result<Tensor> {
-    let odd: Vec<usize> = x
-        .structure()
-        .blocks()
-        .filter(|b| b.sectors()[leg].parity())
-        .map(|b| b.id())
-        .collect();
-    let y = x.duplicate();
-    y.scale(-1.0, Blocks::Only(&odd))?;
-    Ok(y)
+    negated(x, |sectors| sectors[leg].parity())
 }
 
 /// How the bra layer is made from the ket.
