@@ -562,8 +562,8 @@ impl<S: AbelianSector> Plan<S> {
         let mut sector_gemms = Vec::with_capacity(product.sectors().len());
         let mut sector_groups = Vec::new();
         let mut in_sector_gemm = vec![false; product.num_blocks()];
-        for c in 0..product.sectors().len() {
-            let found = full[c].or_else(|| sector_gemm(am, bm, &product, c, &pairs_of));
+        for (c, &full_gemm) in full.iter().enumerate() {
+            let found = full_gemm.or_else(|| sector_gemm(am, bm, &product, c, &pairs_of));
             if let Some(g) = found {
                 let (xa, xb) = (&am.sectors()[g.a], &bm.sectors()[g.b]);
                 let f = flop_factor * (xa.rows() * xa.cols() * xb.cols()) as u64;
