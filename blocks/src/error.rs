@@ -306,13 +306,7 @@ impl Error {
     /// value poisoned by that failure (say [`Error::ImaginaryPart`] from
     /// [`AsyncArray::to_real`](crate::AsyncArray::to_real)).
     pub fn from_task_failure(err: &tessera_core::Error) -> Option<&Error> {
-        match err {
-            tessera_core::Error::Poisoned { origin } => match &origin.cause {
-                tessera_core::FailureCause::Error(e) => e.downcast_ref::<Error>(),
-                _ => None,
-            },
-            _ => None,
-        }
+        err.task_error::<Error>()
     }
 }
 

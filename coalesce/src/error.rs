@@ -175,13 +175,7 @@ impl Error {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn from_task_failure(err: &tessera_core::Error) -> Option<&Error> {
-        match err {
-            tessera_core::Error::Poisoned { origin } => match &origin.cause {
-                tessera_core::FailureCause::Error(e) => e.downcast_ref::<Error>(),
-                _ => None,
-            },
-            _ => None,
-        }
+        err.task_error::<Error>()
     }
 
     /// [`from_task_failure`](Error::from_task_failure) of the runtime error inside `self`

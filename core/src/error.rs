@@ -69,6 +69,21 @@ impl fmt::Display for TaskFailure {
     }
 }
 
+impl Error {
+    /// The typed error `E` that the failed task behind a [`Poisoned`](Error::Poisoned) value
+    /// returned, if it returned one of that type: how a layer reads its own errors back
+    /// out of a poison.
+    pub fn task_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::Poisoned { origin } => match &origin.cause {
+                FailureCause::Error(e) => e.downcast_ref::<E>(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
 /// Errors of the core runtime. Every variant says what was expected and what was given.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
