@@ -17,10 +17,11 @@
 //! behind one `parking_lot` mutex, held for those few steps only: values are cloned out
 //! (callers keep `Arc`s) and evicted values are dropped after the lock is released.
 
+use crate::primitive::lock;
 use hashbrown::{DefaultHashBuilder, HashTable};
-use parking_lot::Mutex;
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
+use std::sync::Mutex;
 
 /// No entry (the end of the recency list).
 const NIL: usize = usize::MAX;
@@ -89,7 +90,7 @@ pub struct LruCache<K, V> {
 impl<K, V> std::fmt::Debug for LruCache<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LruCache")
-            .field("stats", &self.inner.lock().stats())
+            .field("stats", &lock(&self.inner).stats())
             .finish_non_exhaustive()
     }
 }
@@ -224,7 +225,7 @@ impl<K: Hash + Eq, V: Clone> LruCache<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        let mut inner = self.inner.lock();
+        let mut inner = lock(&self.inner);
         match self.find(&inner, hash, key) {
             Some(i) if accept(&inner.nodes[i].value) => {
                 inner.hits += 1;
@@ -245,7 +246,7 @@ impl<K: Hash + Eq, V: Clone> LruCache<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        let inner = self.inner.lock();
+        let inner = lock(&self.inner);
         self.find(&inner, hash, key).is_some()
     }
 
@@ -254,7 +255,7 @@ impl<K: Hash + Eq, V: Clone> LruCache<K, V> {
     /// Returns the value it replaced, if any.
     pub fn insert(&self, key: K, value: V) -> Option<V> {
         let hash = self.hasher.hash_one(&key);
-        let mut inner = self.inner.lock();
+        let mut inner = lock(&self.inner);
         if let Some(i) = self.find(&inner, hash, &key) {
             inner.touch(i);
             let old = std::mem::replace(&mut inner.nodes[i].value, value);
@@ -292,7 +293,7 @@ impl<K: Hash + Eq, V: Clone> LruCache<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        let mut inner = self.inner.lock();
+        let mut inner = lock(&self.inner);
         let i = self.find(&inner, hash, key)?;
         let node = inner.remove_at(i);
         drop(inner);
@@ -301,7 +302,7 @@ impl<K: Hash + Eq, V: Clone> LruCache<K, V> {
 
     /// Sets the capacity, evicting least recently used entries until the cache fits.
     pub fn set_capacity(&self, capacity: usize) {
-        let mut inner = self.inner.lock();
+        let mut inner = lock(&self.inner);
         inner.capacity = capacity;
         let evicted = inner.shrink(capacity);
         drop(inner);
@@ -310,12 +311,12 @@ impl<K: Hash + Eq, V: Clone> LruCache<K, V> {
 
     /// The most entries the cache holds.
     pub fn capacity(&self) -> usize {
-        self.inner.lock().capacity
+        lock(&self.inner).capacity
     }
 
     /// The number of entries.
     pub fn len(&self) -> usize {
-        self.inner.lock().nodes.len()
+        lock(&self.inner).nodes.len()
     }
 
     /// Whether the cache holds no entry.
@@ -325,7 +326,7 @@ impl<K: Hash + Eq, V: Clone> LruCache<K, V> {
 
     /// Drops every entry (not counted as evictions; the counters are kept).
     pub fn clear(&self) {
-        let mut inner = self.inner.lock();
+        let mut inner = lock(&self.inner);
         let nodes = std::mem::take(&mut inner.nodes);
         inner.table.clear();
         (inner.head, inner.tail) = (NIL, NIL);
@@ -335,12 +336,12 @@ impl<K: Hash + Eq, V: Clone> LruCache<K, V> {
 
     /// The counters, the number of entries and the capacity, read together.
     pub fn stats(&self) -> CacheStats {
-        self.inner.lock().stats()
+        lock(&self.inner).stats()
     }
 
     /// Sets the hit, miss and eviction counters to zero.
     pub fn reset_stats(&self) {
-        let mut inner = self.inner.lock();
+        let mut inner = lock(&self.inner);
         (inner.hits, inner.misses, inner.evictions) = (0, 0, 0);
     }
 
@@ -349,7 +350,7 @@ impl<K: Hash + Eq, V: Clone> LruCache<K, V> {
     where
         K: Clone,
     {
-        let inner = self.inner.lock();
+        let inner = lock(&self.inner);
         let mut out = Vec::with_capacity(inner.nodes.len());
         let mut at = inner.head;
         while at != NIL {

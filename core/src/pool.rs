@@ -57,8 +57,9 @@ pub struct BufferPoolStats {
 #[cfg(not(loom))]
 mod imp {
     use super::{BufferPoolStats, Layout, NonNull, POOL_BYTES, POOL_ENTRIES, POOL_MIN_BYTES};
-    use parking_lot::Mutex;
+    use crate::primitive::lock;
     use std::collections::VecDeque;
+    use std::sync::Mutex;
 
     /// A pooled allocation: its address (owned by the pool, see the module invariants).
     struct Entry {
@@ -120,7 +121,7 @@ mod imp {
         if layout.size() < POOL_MIN_BYTES {
             return None;
         }
-        let mut pool = POOL.lock();
+        let mut pool = lock(&POOL);
         // Newest first: the most recently freed allocation is the likeliest to be cached.
         let Some(at) = pool.entries.iter().rposition(|e| e.layout == layout) else {
             pool.misses += 1;
@@ -143,7 +144,7 @@ mod imp {
             return;
         }
         let evicted: Vec<Entry> = {
-            let mut pool = POOL.lock();
+            let mut pool = lock(&POOL);
             if layout.size() > pool.max_bytes || pool.max_entries == 0 {
                 drop(pool);
                 free([entry]);
@@ -159,7 +160,7 @@ mod imp {
 
     pub(crate) fn set_limits(max_bytes: usize, max_entries: usize) {
         let evicted = {
-            let mut pool = POOL.lock();
+            let mut pool = lock(&POOL);
             (pool.max_bytes, pool.max_entries) = (max_bytes, max_entries);
             pool.evict()
         };
@@ -167,7 +168,7 @@ mod imp {
     }
 
     pub(crate) fn stats() -> BufferPoolStats {
-        let pool = POOL.lock();
+        let pool = lock(&POOL);
         BufferPoolStats {
             hits: pool.hits,
             misses: pool.misses,
@@ -181,7 +182,7 @@ mod imp {
 
     pub(crate) fn trim() -> usize {
         let (entries, bytes) = {
-            let mut pool = POOL.lock();
+            let mut pool = lock(&POOL);
             (
                 std::mem::take(&mut pool.entries),
                 std::mem::take(&mut pool.bytes),
@@ -192,7 +193,7 @@ mod imp {
     }
 
     pub(crate) fn pooled_bytes() -> usize {
-        POOL.lock().bytes
+        lock(&POOL).bytes
     }
 }
 
@@ -262,7 +263,7 @@ mod tests {
     const LEN: usize = 40_009;
 
     /// The tests that depend on the pool's limits run one at a time.
-    static SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// A sample of the elements (every 997th and the last): enough to see stale or
     /// unzeroed memory, cheap under Miri.
@@ -277,7 +278,7 @@ mod tests {
 
     #[test]
     fn a_dropped_large_buffer_is_reused_and_zeroed_or_recycled_on_request() {
-        let _serial = SERIAL.lock();
+        let _serial = crate::primitive::lock(&SERIAL);
         const { assert!(LEN * 8 >= super::POOL_MIN_BYTES) };
         let a = SharedBuffer::<f64>::zeroed(LEN);
         let at = a.as_ptr();
@@ -319,7 +320,7 @@ mod tests {
     fn limits_are_settable_and_hits_misses_and_evictions_are_counted() {
         use super::{buffer_pool_stats, set_buffer_pool_limits};
         use crate::buffer::layout_of;
-        let _serial = SERIAL.lock();
+        let _serial = crate::primitive::lock(&SERIAL);
         const L: usize = 50_021;
         let before = buffer_pool_stats();
         assert_eq!(

@@ -3,6 +3,13 @@
 //! Owns: the one place where the runtime's atomics, `Arc`, mutexes and the wake-up latch are
 //! chosen. Invariant: every shared-state access in the hazard and task modules goes through
 //! these types, so a loom model explores every interleaving of that state.
+//!
+//! The locks are the standard library's (futex-based on Linux), not parking_lot's: Miri
+//! interprets the standard library's parking, while parking_lot_core 0.9's futex call passes
+//! an `&AtomicI32` where the variadic `syscall` reads a `*mut u32`, which Miri reports as
+//! undefined behaviour in every test whose threads park. Poisoning is not a state these
+//! locks have: no code panics while holding one (kernels run outside every lock), and a lock
+//! is taken back from a poisoned state as it is.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::Arc;
@@ -19,15 +26,15 @@ pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 /// The guard of a locked [`Mutex`].
 #[cfg(not(loom))]
-pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+pub(crate) type MutexGuard<'a, T> = std::sync::MutexGuard<'a, T>;
 
-/// A mutex with an infallible `lock` (parking_lot's, or loom's under `cfg(loom)`).
+/// A mutex with an infallible `lock` (the standard library's, or loom's under `cfg(loom)`).
 #[derive(Debug, Default)]
 pub(crate) struct Mutex<T> {
     #[cfg(loom)]
     inner: loom::sync::Mutex<T>,
     #[cfg(not(loom))]
-    inner: parking_lot::Mutex<T>,
+    inner: std::sync::Mutex<T>,
 }
 
 impl<T> Mutex<T> {
@@ -36,7 +43,7 @@ impl<T> Mutex<T> {
             #[cfg(loom)]
             inner: loom::sync::Mutex::new(value),
             #[cfg(not(loom))]
-            inner: parking_lot::Mutex::new(value),
+            inner: std::sync::Mutex::new(value),
         }
     }
 
@@ -49,9 +56,18 @@ impl<T> Mutex<T> {
         }
         #[cfg(not(loom))]
         {
-            self.inner.lock()
+            lock(&self.inner)
         }
     }
+}
+
+/// Locks a standard mutex that is never modelled under loom (the caches, the trace, the
+/// buffer pool: state outside the hazard and task modules), taking it back from a poisoned
+/// state as it is (see the module's note on poisoning).
+pub(crate) fn lock<T: ?Sized>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How long a host wait polls its latch before it parks. A task that ends within this
@@ -77,9 +93,9 @@ pub(crate) struct Latch {
     /// Guards `set` for the condvar: a waiter checks `set` and parks under it, a setter
     /// stores `set` and notifies under it, so no wake-up is lost.
     #[cfg(not(loom))]
-    parking: parking_lot::Mutex<()>,
+    parking: std::sync::Mutex<()>,
     #[cfg(not(loom))]
-    cond: parking_lot::Condvar,
+    cond: std::sync::Condvar,
     /// Whether the latch is set: stored (with release) under `parking`, read (with acquire)
     /// by polls without it.
     #[cfg(not(loom))]
@@ -103,7 +119,7 @@ impl Latch {
         }
         #[cfg(not(loom))]
         {
-            let _parking = self.parking.lock();
+            let _parking = lock(&self.parking);
             self.set.store(true, std::sync::atomic::Ordering::Release);
             self.cond.notify_all();
         }
@@ -136,9 +152,12 @@ impl Latch {
             let start = std::time::Instant::now();
             while !self.is_set() {
                 if start.elapsed() >= POLL_BEFORE_PARK {
-                    let mut parking = self.parking.lock();
+                    let mut parking = lock(&self.parking);
                     while !self.is_set() {
-                        self.cond.wait(&mut parking);
+                        parking = self
+                            .cond
+                            .wait(parking)
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
                     }
                     return;
                 }

@@ -91,7 +91,7 @@ fn escape(s: &str) -> String {
 #[derive(Default)]
 pub(crate) struct Recorder {
     on: AtomicBool,
-    state: parking_lot::Mutex<Option<(Instant, Vec<TraceEvent>)>>,
+    state: std::sync::Mutex<Option<(Instant, Vec<TraceEvent>)>>,
 }
 
 impl Recorder {
@@ -101,20 +101,23 @@ impl Recorder {
     }
 
     pub(crate) fn start(&self) {
-        *self.state.lock() = Some((Instant::now(), Vec::new()));
+        *crate::primitive::lock(&self.state) = Some((Instant::now(), Vec::new()));
         self.on.store(true, Ordering::Relaxed);
     }
 
     pub(crate) fn stop(&self) -> Trace {
         self.on.store(false, Ordering::Relaxed);
-        let events = self.state.lock().take().map(|(_, e)| e).unwrap_or_default();
+        let events = crate::primitive::lock(&self.state)
+            .take()
+            .map(|(_, e)| e)
+            .unwrap_or_default();
         Trace { events }
     }
 
     /// Adds one task that ran from `start` to now.
     pub(crate) fn record(&self, task: TaskId, name: &'static str, start: Instant, failed: bool) {
         let end = Instant::now();
-        if let Some((origin, events)) = self.state.lock().as_mut() {
+        if let Some((origin, events)) = crate::primitive::lock(&self.state).as_mut() {
             events.push(TraceEvent {
                 task,
                 name,

@@ -42,7 +42,7 @@ fn reads_between_two_writes_run_concurrently() {
 #[test]
 fn writes_wait_for_earlier_reads_and_reads_for_earlier_writes() {
     let rt = Runtime::new(2).unwrap();
-    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let a = Async::new(0_u64);
     let sinks: Vec<Async<u64>> = (0..8).map(|_| Async::new(0)).collect();
     for (i, sink) in sinks.iter().enumerate() {
@@ -50,14 +50,14 @@ fn writes_wait_for_earlier_reads_and_reads_for_earlier_writes() {
         if i % 3 == 0 {
             rt.schedule(a.write(), move |a| {
                 *a += 1;
-                log.lock().push(('w', *a));
+                log.lock().unwrap().push(('w', *a));
                 Ok(())
             })
             .unwrap();
         } else {
             rt.schedule((a.read(), sink.overwrite()), move |(a, s)| {
                 *s = *a;
-                log.lock().push(('r', *a));
+                log.lock().unwrap().push(('r', *a));
                 Ok(())
             })
             .unwrap();
@@ -71,7 +71,7 @@ fn writes_wait_for_earlier_reads_and_reads_for_earlier_writes() {
         }
     }
     assert_eq!(a.get().unwrap(), 3);
-    let log = log.lock();
+    let log = log.lock().unwrap();
     let writes: Vec<u64> = log.iter().filter(|e| e.0 == 'w').map(|e| e.1).collect();
     assert_eq!(writes, vec![1, 2, 3]);
     assert_eq!(a.epoch(), 3, "three writes were enrolled");
@@ -211,18 +211,18 @@ fn duplicate_is_a_scheduled_copy_onto_a_new_timeline() {
 #[test]
 fn a_host_wait_inside_a_task_is_refused() {
     let a = Async::new(1_u8);
-    let result = Arc::new(parking_lot::Mutex::new(None));
+    let result = Arc::new(std::sync::Mutex::new(None));
     let a2 = Async::new(0_u8);
     let view = a.view();
     let r = Arc::clone(&result);
     tessera_core::schedule(a2.write(), move |_| {
-        *r.lock() = Some(view.wait());
+        *r.lock().unwrap() = Some(view.wait());
         Ok(())
     })
     .unwrap();
     a2.wait().unwrap();
     assert!(matches!(
-        result.lock().take(),
+        result.lock().unwrap().take(),
         Some(Err(Error::WaitInsideTask { .. }))
     ));
 }
@@ -379,16 +379,16 @@ fn an_eager_task_is_a_task_for_waits_and_failures() {
     let a = Async::new(1_u8);
     let b = Async::new(0_u8);
     let view = a.view();
-    let seen = Arc::new(parking_lot::Mutex::new(None));
+    let seen = Arc::new(std::sync::Mutex::new(None));
     let s = Arc::clone(&seen);
     // A host wait inside an eager kernel is refused, as in any task, even on the host thread.
     rt.schedule_eager_named("waits", b.write(), move |_| {
-        *s.lock() = Some(view.wait());
+        *s.lock().unwrap() = Some(view.wait());
         Ok(())
     })
     .unwrap();
     assert!(matches!(
-        seen.lock().take(),
+        seen.lock().unwrap().take(),
         Some(Err(Error::WaitInsideTask { .. }))
     ));
     // A failing eager kernel poisons what it was to write, and a reader after it skips.
@@ -534,7 +534,7 @@ fn a_million_nested_eager_schedules_run_on_the_host_without_nesting() {
 #[test]
 fn eager_tasks_scheduled_by_an_eager_kernel_run_after_it_in_program_order() {
     let rt = Runtime::new(1).unwrap();
-    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let out = Async::new(0_u32);
     let (o, r) = (Arc::clone(&order), rt.clone());
     let scratch: Vec<Async<u32>> = (0..3).map(|_| Async::new(0)).collect();
@@ -544,19 +544,19 @@ fn eager_tasks_scheduled_by_an_eager_kernel_run_after_it_in_program_order() {
             let o = Arc::clone(&o);
             r.schedule_eager_named("inner", v.write(), move |v| {
                 *v = k as u32;
-                o.lock().push(k + 1);
+                o.lock().unwrap().push(k + 1);
                 Ok(())
             })
             .unwrap();
         }
         // None has run yet: they wait for this kernel to return.
-        o.lock().push(0);
+        o.lock().unwrap().push(0);
         *out = 7;
         Ok(())
     })
     .unwrap();
     // All ran, on this thread, before the outermost call returned, in the order scheduled.
-    assert_eq!(*order.lock(), [0, 1, 2, 3]);
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
     let values: Vec<u32> = scratch.iter().map(|s| s.get().unwrap()).collect();
     assert_eq!(values, [0, 1, 2]);
     assert_eq!(out.get().unwrap(), 7);
