@@ -28,10 +28,9 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
-use tessera_backends::cpu;
+use tessera_backends::cpu::{self, CopyPlan, Stores};
 use tessera_core::{
-    Alias, Async, CopyPlan, KernelError, Stores, StridedMut, StridedRef, schedule_named,
-    schedule_sequential_named,
+    Alias, Async, KernelError, StridedMut, StridedRef, schedule_named, schedule_sequential_named,
 };
 
 /// The blocks an operation touches.

@@ -71,7 +71,8 @@ use std::sync::{Arc, OnceLock};
 use bitvec::field::BitField;
 use bitvec::prelude::{BitSlice, BitVec};
 use smallvec::SmallVec;
-use tessera_core::{CacheStats, CopyPlan, LruCache};
+use tessera_backends::cpu::CopyPlan;
+use tessera_core::{CacheStats, LruCache};
 
 use crate::error::{Error, try_vec};
 use crate::leg::Leg;

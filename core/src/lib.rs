@@ -60,8 +60,8 @@ mod loom_models;
 pub use access::{Access, AccessList};
 pub use alias::{Alias, ReadAlias, ReadBuffer, Region, WriteBuffer};
 pub use buffer::{
-    ALIGN, AllocError, AnyBits, CopyPlan, SharedBuffer, Stores, StridedMut, StridedRef, Zeroable,
-    for_each_offset, zip_runs, zip_runs_ref,
+    ALIGN, AllocError, AnyBits, SharedBuffer, StridedMut, StridedRef, Zeroable,
+    for_each_common_run, for_each_offset, zip_runs, zip_runs_ref,
 };
 pub use cache::{CacheStats, LruCache};
 pub use domain::Domain;
