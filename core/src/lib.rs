@@ -49,6 +49,7 @@ mod hazard;
 mod pool;
 mod primitive;
 mod runtime;
+mod send_ptr;
 mod storage;
 mod task;
 mod trace;
@@ -74,5 +75,6 @@ pub use pool::{
 pub use runtime::{
     Runtime, host, schedule, schedule_eager_named, schedule_named, schedule_sequential_named,
 };
+pub use send_ptr::SendPtr;
 pub use trace::{Trace, TraceEvent};
 pub use value::{Async, ValueRegion};
