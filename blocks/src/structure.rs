@@ -611,6 +611,100 @@ fn enumerate_side<S: AbelianSector>(legs: &[Leg<S>]) -> Result<Side<S>, Error> {
     Ok(side)
 }
 
+/// Step 1 of [`BlockStructure::build`]: the column group completing each row group to the
+/// flux, as `(row group, column group)` pairs in row-group order. Establishes: each pair's
+/// sectors fuse to the flux, and row groups with no partner are left out.
+fn pair_groups<S: AbelianSector>(rows: &Side<S>, cols: &Side<S>, flux: &S) -> Vec<(usize, usize)> {
+    let mut pairs: Vec<(usize, usize)> = Vec::with_capacity(rows.groups.len());
+    let mut near = 0;
+    for (i, (c, _)) in rows.groups.iter().enumerate() {
+        if let Some(j) = cols.find(&c.dual().fuse_abelian(flux), near) {
+            pairs.push((i, j));
+            near = j;
+        }
+    }
+    pairs
+}
+
+/// Step 2 of [`BlockStructure::build`]: the number of blocks the symmetry allows (row tuples
+/// times column tuples, summed over the pairs). Establishes: that number fits in `usize`.
+fn count_allowed<S: AbelianSector>(
+    rows: &Side<S>,
+    cols: &Side<S>,
+    pairs: &[(usize, usize)],
+) -> Result<usize, Error> {
+    let mut n_allowed = 0usize;
+    for &(i, j) in pairs {
+        n_allowed = rows
+            .group(i)
+            .len()
+            .checked_mul(cols.group(j).len())
+            .and_then(|m| n_allowed.checked_add(m))
+            .ok_or_else(|| overflow("number of allowed blocks"))?;
+    }
+    Ok(n_allowed)
+}
+
+/// The error for a size that does not fit in `usize`.
+fn overflow(what: &'static str) -> Error {
+    Error::Overflow { what }
+}
+
+/// The total dimension of a group of segment tuples, checked.
+fn dims_sum<S>(group: &[Tuple<S>]) -> Result<usize, Error> {
+    group.iter().try_fold(0usize, |total, t| {
+        total
+            .checked_add(t.dim)
+            .ok_or_else(|| overflow("sector matrix size"))
+    })
+}
+
+/// The starts of the live tuples (those whose start is not `usize::MAX`) of a group in the
+/// sector matrix, written over their marks, and (total dimension, live count).
+fn place_live<S>(starts: &mut [usize], group: &[Tuple<S>]) -> Result<(usize, usize), Error> {
+    let (mut total, mut live) = (0usize, 0usize);
+    for (st, t) in starts.iter_mut().zip(group) {
+        if *st != usize::MAX {
+            *st = total;
+            total = total
+                .checked_add(t.dim)
+                .ok_or_else(|| overflow("sector matrix size"))?;
+            live += 1;
+        }
+    }
+    Ok((total, live))
+}
+
+/// One coupled sector as [`BlockStructure::build`] places it: the two sides, the sector's
+/// row and column groups, its index among the kept sectors and its offset in the allocation.
+struct SectorSides<'a, S> {
+    rows: &'a Side<S>,
+    cols: &'a Side<S>,
+    rg: &'a [Tuple<S>],
+    cg: &'a [Tuple<S>],
+    coupled: usize,
+    offset: usize,
+}
+
+/// What placing one coupled sector established: its matrix's dims, whether its blocks lie in
+/// that matrix (dense) or packed, and its length in the allocation.
+struct SectorShape {
+    n_rows: usize,
+    n_cols: usize,
+    dense: bool,
+    len: usize,
+}
+
+/// The buffers [`BlockStructure::build`] reuses from sector to sector: one segment tuple,
+/// the present blocks `(row, column, allowed index)` of the sector, and the starts of its
+/// live rows and columns.
+struct Scratch {
+    tuple: Vec<usize>,
+    present: Vec<(usize, usize, usize)>,
+    row_start: Vec<usize>,
+    col_start: Vec<usize>,
+}
+
 /// A word-at-a-time hash: stable across platforms, processes and versions. Each word's
 /// update is a bijection of the state (xor, multiply by an odd constant, xor-shift), so no
 /// word's history is lost; [`finish`](StableHasher::finish) mixes the state once more.
@@ -854,6 +948,13 @@ impl<S: AbelianSector> BlockStructure<S> {
         })
     }
 
+    /// Builds the structure of `legs` (the first `n_codomain` of them the codomain) with
+    /// `flux`, holding the allowed blocks that `presence` selects, in named steps:
+    /// [`pair_groups`] (which row group couples to which column group), [`count_allowed`]
+    /// (how many blocks the symmetry allows), [`Self::reserve`] (the tables, sized before
+    /// anything is filled), one [`Self::place_dense_sector`] or
+    /// [`Self::place_selected_sector`] per coupled sector (the blocks' offsets, shapes and
+    /// strides), and [`Self::rank_present`] (the rank table of the presence mask).
     fn build(
         legs: Vec<Leg<S>>,
         n_codomain: usize,
@@ -869,26 +970,8 @@ impl<S: AbelianSector> BlockStructure<S> {
         }
         let mut rows = enumerate_side(&legs[..n_codomain])?;
         let mut cols = enumerate_side(&legs[n_codomain..])?;
-        // The column group completing each row group to the flux.
-        let mut pairs: Vec<(usize, usize)> = Vec::with_capacity(rows.groups.len());
-        let mut near = 0;
-        for (i, (c, _)) in rows.groups.iter().enumerate() {
-            if let Some(j) = cols.find(&c.dual().fuse_abelian(&flux), near) {
-                pairs.push((i, j));
-                near = j;
-            }
-        }
-        let mut n_allowed = 0usize;
-        for &(i, j) in &pairs {
-            n_allowed = rows
-                .group(i)
-                .len()
-                .checked_mul(cols.group(j).len())
-                .and_then(|m| n_allowed.checked_add(m))
-                .ok_or_else(|| Error::Overflow {
-                    what: "number of allowed blocks",
-                })?;
-        }
+        let pairs = pair_groups(&rows, &cols, &flux);
+        let n_allowed = count_allowed(&rows, &cols, &pairs)?;
         if let Presence::Bits(mask) = &presence
             && mask.len() != n_allowed
         {
@@ -897,12 +980,74 @@ impl<S: AbelianSector> BlockStructure<S> {
                 given: mask.len(),
             });
         }
+        let mut s = Self::reserve(
+            legs, n_codomain, flux, &presence, n_allowed, &pairs, &mut rows, &mut cols,
+        )?;
+        let mut scratch = Scratch {
+            tuple: vec![0usize; n],
+            present: Vec::new(),
+            row_start: Vec::new(),
+            col_start: Vec::new(),
+        };
+        let mut allowed = 0usize;
+        for (i, j) in pairs {
+            let (c, rg, cg) = (&rows.groups[i].0, rows.group(i), cols.group(j));
+            // Group counts and lengths fit in u32: `enumerate_side` checked the tuple counts.
+            s.pairing[i] = (j as u32, rg.len() as u32, allowed);
+            let coupled = s.sectors.len();
+            let first_block = s.entries.len();
+            let sector_offset = s.total_len;
+            let sides = SectorSides {
+                rows: &rows,
+                cols: &cols,
+                rg,
+                cg,
+                coupled,
+                offset: sector_offset,
+            };
+            let shape = if let Presence::All = presence {
+                s.place_dense_sector(&sides, &mut allowed, &mut scratch.tuple)?
+            } else {
+                match s.place_selected_sector(&sides, &mut presence, &mut allowed, &mut scratch)? {
+                    Some(shape) => shape,
+                    None => continue,
+                }
+            };
+            s.total_len = sector_offset + shape.len;
+            s.sectors.push(CoupledSector {
+                sector: c.clone(),
+                offset: sector_offset,
+                len: shape.len,
+                rows: shape.n_rows,
+                cols: shape.n_cols,
+                dense: shape.dense,
+                blocks: first_block..s.entries.len(),
+            });
+        }
+        s.rank_present();
+        Ok(s)
+    }
 
-        // Every allowed block is present unless a mask or predicate says otherwise: room for
-        // that (the common case), so the tables grow without copies. The tables are the
-        // largest part, asked for first: a structure of more blocks than memory holds is
-        // refused before its presence mask is filled.
-        let expect = match &presence {
+    /// Step 3 of [`Self::build`]: the structure with no block yet, its tables reserved.
+    /// Every allowed block is present unless a mask or predicate says otherwise: room for
+    /// that (the common case), so the tables grow without copies. The tables are the largest
+    /// part, asked for first: a structure of more blocks than memory holds is refused before
+    /// its presence mask is filled. Establishes: the legs, split and flux are set; the
+    /// presence mask holds `n_allowed` bits (all set for [`Presence::All`]); the sides'
+    /// slot tables are moved in; every pairing is unset.
+    #[allow(clippy::too_many_arguments)]
+    fn reserve(
+        legs: Vec<Leg<S>>,
+        n_codomain: usize,
+        flux: S,
+        presence: &Presence<'_>,
+        n_allowed: usize,
+        pairs: &[(usize, usize)],
+        rows: &mut Side<S>,
+        cols: &mut Side<S>,
+    ) -> Result<Self, Error> {
+        let n = legs.len();
+        let expect = match presence {
             Presence::All => n_allowed,
             Presence::Bits(mask) => mask.count_ones(),
             Presence::Pred(_) => 0,
@@ -917,7 +1062,7 @@ impl<S: AbelianSector> BlockStructure<S> {
             try_vec(per_leg, "per-leg block tables")?,
         );
         let sec = try_vec(per_leg, "per-leg block tables")?;
-        let mut s = BlockStructure {
+        Ok(BlockStructure {
             legs,
             n_codomain,
             flux,
@@ -935,163 +1080,171 @@ impl<S: AbelianSector> BlockStructure<S> {
             total_len: 0,
             fingerprint: OnceLock::new(),
             permutations: KeptPermutations::default(),
-        };
-        let overflow = |what| Error::Overflow { what };
-        let checked_sum = |group: &[Tuple<S>]| {
-            group.iter().try_fold(0usize, |total, t| {
-                total
-                    .checked_add(t.dim)
-                    .ok_or_else(|| overflow("sector matrix size"))
-            })
-        };
-        let mut tuple = vec![0usize; n];
-        let mut allowed = 0usize;
-        let mut present_rq: Vec<(usize, usize, usize)> = Vec::new();
-        let (mut row_start, mut col_start) = (Vec::new(), Vec::new());
-        for (i, j) in pairs {
-            let (c, rg, cg) = (&rows.groups[i].0, rows.group(i), cols.group(j));
-            // Group counts and lengths fit in u32: `enumerate_side` checked the tuple counts.
-            s.pairing[i] = (j as u32, rg.len() as u32, allowed);
-            let coupled = s.sectors.len();
-            let first_block = s.entries.len();
-            let sector_offset = s.total_len;
-            let (n_rows, n_cols, dense, len);
-            if let Presence::All = presence {
-                // The whole rectangle is present: a dense sector, blocks in canonical order
-                // (column-major), no selection pass.
-                (n_rows, n_cols) = (checked_sum(rg)?, checked_sum(cg)?);
-                len = n_rows
-                    .checked_mul(n_cols)
-                    .filter(|&len| sector_offset.checked_add(len).is_some())
-                    .ok_or_else(|| overflow("allocation length"))?;
-                dense = true;
-                let mut col = 0;
-                for ct in cg {
-                    cols.write_tuple(ct.index, &mut tuple[n_codomain..]);
-                    let mut row = 0;
-                    for rt in rg {
-                        rows.write_tuple(rt.index, &mut tuple[..n_codomain]);
-                        // Inside the sector matrix, whose end was checked above.
-                        let entry = Entry {
-                            offset: sector_offset + row + col * n_rows,
-                            len: rt.dim * ct.dim,
-                            coupled,
-                            rows: row..row + rt.dim,
-                            cols: col..col + ct.dim,
-                            allowed,
-                            tuples: (rt.index as u32, ct.index as u32),
-                        };
-                        s.push_block(&tuple, n_rows, entry);
-                        row += rt.dim;
-                        allowed += 1;
-                    }
-                    col += ct.dim;
-                }
-            } else {
-                present_rq.clear();
-                for (q, ct) in cg.iter().enumerate() {
-                    for (r, rt) in rg.iter().enumerate() {
-                        let here = match &mut presence {
-                            Presence::All => unreachable!("handled above"),
-                            Presence::Bits(mask) => mask[allowed],
-                            Presence::Pred(p) => {
-                                rows.write_tuple(rt.index, &mut tuple[..n_codomain]);
-                                cols.write_tuple(ct.index, &mut tuple[n_codomain..]);
-                                p(&tuple)
-                            }
-                        };
-                        if here {
-                            s.present.set(allowed, true);
-                            present_rq.push((r, q, allowed));
-                        }
-                        allowed += 1;
-                    }
-                }
-                if present_rq.is_empty() {
-                    continue;
-                }
-                // Live rows and columns, and their starts in the logical sector matrix.
-                row_start.clear();
-                row_start.resize(rg.len(), usize::MAX);
-                col_start.clear();
-                col_start.resize(cg.len(), usize::MAX);
-                for &(r, q, _) in &present_rq {
-                    row_start[r] = 0;
-                    col_start[q] = 0;
-                }
-                let place = |starts: &mut [usize], group: &[Tuple<S>]| {
-                    let (mut total, mut live) = (0usize, 0usize);
-                    for (st, t) in starts.iter_mut().zip(group) {
-                        if *st != usize::MAX {
-                            *st = total;
-                            total = total
-                                .checked_add(t.dim)
-                                .ok_or_else(|| overflow("sector matrix size"))?;
-                            live += 1;
-                        }
-                    }
-                    Ok::<_, Error>((total, live))
+        })
+    }
+
+    /// Step 4 of [`Self::build`] for a structure of every allowed block: the whole rectangle
+    /// of the coupled sector is present, so the sector is dense and its blocks follow in
+    /// canonical order (column-major), with no selection pass. Establishes: every block of
+    /// the sector is pushed, at its place in the sector matrix (leading dimension the
+    /// sector's row count); `allowed` has advanced past the sector's allowed blocks; the
+    /// sector matrix's end fits in `usize`.
+    fn place_dense_sector(
+        &mut self,
+        sides: &SectorSides<'_, S>,
+        allowed: &mut usize,
+        tuple: &mut [usize],
+    ) -> Result<SectorShape, Error> {
+        let nc = self.n_codomain;
+        let (rg, cg) = (sides.rg, sides.cg);
+        let (n_rows, n_cols) = (dims_sum(rg)?, dims_sum(cg)?);
+        let len = n_rows
+            .checked_mul(n_cols)
+            .filter(|&len| sides.offset.checked_add(len).is_some())
+            .ok_or_else(|| overflow("allocation length"))?;
+        let mut col = 0;
+        for ct in cg {
+            sides.cols.write_tuple(ct.index, &mut tuple[nc..]);
+            let mut row = 0;
+            for rt in rg {
+                sides.rows.write_tuple(rt.index, &mut tuple[..nc]);
+                // Inside the sector matrix, whose end was checked above.
+                let entry = Entry {
+                    offset: sides.offset + row + col * n_rows,
+                    len: rt.dim * ct.dim,
+                    coupled: sides.coupled,
+                    rows: row..row + rt.dim,
+                    cols: col..col + ct.dim,
+                    allowed: *allowed,
+                    tuples: (rt.index as u32, ct.index as u32),
                 };
-                let (live_rows, live_cols);
-                ((n_rows, live_rows), (n_cols, live_cols)) =
-                    (place(&mut row_start, rg)?, place(&mut col_start, cg)?);
-                dense = present_rq.len() == live_rows * live_cols;
-                if dense {
-                    // Every offset inside the sector matrix then fits in usize.
-                    n_rows
-                        .checked_mul(n_cols)
-                        .and_then(|len| sector_offset.checked_add(len))
-                        .ok_or_else(|| overflow("allocation length"))?;
-                }
-                let mut packed_at = sector_offset;
-                for &(r, q, allowed) in &present_rq {
-                    let (rt, ct) = (&rg[r], &cg[q]);
-                    rows.write_tuple(rt.index, &mut tuple[..n_codomain]);
-                    cols.write_tuple(ct.index, &mut tuple[n_codomain..]);
-                    let len = rt
-                        .dim
-                        .checked_mul(ct.dim)
-                        .ok_or_else(|| overflow("block size"))?;
-                    let (offset, ld) = if dense {
-                        // Inside the sector matrix, whose end was checked above.
-                        (sector_offset + row_start[r] + col_start[q] * n_rows, n_rows)
-                    } else {
-                        let at = packed_at;
-                        packed_at = packed_at
-                            .checked_add(len)
-                            .ok_or_else(|| overflow("allocation length"))?;
-                        (at, rt.dim)
-                    };
-                    let entry = Entry {
-                        offset,
-                        len,
-                        coupled,
-                        rows: row_start[r]..row_start[r] + rt.dim,
-                        cols: col_start[q]..col_start[q] + ct.dim,
-                        allowed,
-                        tuples: (rt.index as u32, ct.index as u32),
-                    };
-                    s.push_block(&tuple, ld, entry);
-                }
-                len = if dense {
-                    n_rows * n_cols
-                } else {
-                    packed_at - sector_offset
-                };
+                self.push_block(tuple, n_rows, entry);
+                row += rt.dim;
+                *allowed += 1;
             }
-            s.total_len = sector_offset + len;
-            s.sectors.push(CoupledSector {
-                sector: c.clone(),
-                offset: sector_offset,
-                len,
-                rows: n_rows,
-                cols: n_cols,
-                dense,
-                blocks: first_block..s.entries.len(),
-            });
+            col += ct.dim;
         }
+        Ok(SectorShape {
+            n_rows,
+            n_cols,
+            dense: true,
+            len,
+        })
+    }
+
+    /// Step 4 of [`Self::build`] for a structure whose blocks a mask or predicate selects:
+    /// the selection pass over the sector's allowed blocks, then the placement of the present
+    /// ones. The sector matrix holds only the live rows and columns (those with a present
+    /// block); the sector is dense when every live row meets every live column, and its
+    /// blocks are then placed in the matrix, else packed one after another. Establishes: the
+    /// present bits of the sector's allowed blocks are set; the present blocks are pushed;
+    /// `allowed` has advanced past the sector's allowed blocks. `None` when no block of the
+    /// sector is present (the sector is not kept).
+    fn place_selected_sector(
+        &mut self,
+        sides: &SectorSides<'_, S>,
+        presence: &mut Presence<'_>,
+        allowed: &mut usize,
+        scratch: &mut Scratch,
+    ) -> Result<Option<SectorShape>, Error> {
+        let nc = self.n_codomain;
+        let (rg, cg, sector_offset) = (sides.rg, sides.cg, sides.offset);
+        let Scratch {
+            tuple,
+            present: present_rq,
+            row_start,
+            col_start,
+        } = scratch;
+        present_rq.clear();
+        for (q, ct) in cg.iter().enumerate() {
+            for (r, rt) in rg.iter().enumerate() {
+                let here = match presence {
+                    Presence::All => unreachable!("placed by `place_dense_sector`"),
+                    Presence::Bits(mask) => mask[*allowed],
+                    Presence::Pred(p) => {
+                        sides.rows.write_tuple(rt.index, &mut tuple[..nc]);
+                        sides.cols.write_tuple(ct.index, &mut tuple[nc..]);
+                        p(tuple)
+                    }
+                };
+                if here {
+                    self.present.set(*allowed, true);
+                    present_rq.push((r, q, *allowed));
+                }
+                *allowed += 1;
+            }
+        }
+        if present_rq.is_empty() {
+            return Ok(None);
+        }
+        // Live rows and columns, and their starts in the logical sector matrix.
+        row_start.clear();
+        row_start.resize(rg.len(), usize::MAX);
+        col_start.clear();
+        col_start.resize(cg.len(), usize::MAX);
+        for &(r, q, _) in present_rq.iter() {
+            row_start[r] = 0;
+            col_start[q] = 0;
+        }
+        let ((n_rows, live_rows), (n_cols, live_cols)) =
+            (place_live(row_start, rg)?, place_live(col_start, cg)?);
+        let dense = present_rq.len() == live_rows * live_cols;
+        if dense {
+            // Every offset inside the sector matrix then fits in usize.
+            n_rows
+                .checked_mul(n_cols)
+                .and_then(|len| sector_offset.checked_add(len))
+                .ok_or_else(|| overflow("allocation length"))?;
+        }
+        let mut packed_at = sector_offset;
+        for &(r, q, allowed) in present_rq.iter() {
+            let (rt, ct) = (&rg[r], &cg[q]);
+            sides.rows.write_tuple(rt.index, &mut tuple[..nc]);
+            sides.cols.write_tuple(ct.index, &mut tuple[nc..]);
+            let len = rt
+                .dim
+                .checked_mul(ct.dim)
+                .ok_or_else(|| overflow("block size"))?;
+            let (offset, ld) = if dense {
+                // Inside the sector matrix, whose end was checked above.
+                (sector_offset + row_start[r] + col_start[q] * n_rows, n_rows)
+            } else {
+                let at = packed_at;
+                packed_at = packed_at
+                    .checked_add(len)
+                    .ok_or_else(|| overflow("allocation length"))?;
+                (at, rt.dim)
+            };
+            let entry = Entry {
+                offset,
+                len,
+                coupled: sides.coupled,
+                rows: row_start[r]..row_start[r] + rt.dim,
+                cols: col_start[q]..col_start[q] + ct.dim,
+                allowed,
+                tuples: (rt.index as u32, ct.index as u32),
+            };
+            self.push_block(tuple, ld, entry);
+        }
+        let len = if dense {
+            n_rows * n_cols
+        } else {
+            packed_at - sector_offset
+        };
+        Ok(Some(SectorShape {
+            n_rows,
+            n_cols,
+            dense,
+            len,
+        }))
+    }
+
+    /// Step 5 of [`Self::build`]: the rank table of the presence mask. Establishes:
+    /// `rank[w]` is the number of present blocks in the mask's words before word `w`, so a
+    /// block's id is its word's rank plus the ones below it in its word.
+    fn rank_present(&mut self) {
         let mut before = 0usize;
-        s.rank = s
+        self.rank = self
             .present
             .as_raw_slice()
             .iter()
@@ -1101,7 +1254,6 @@ impl<S: AbelianSector> BlockStructure<S> {
                 at
             })
             .collect();
-        Ok(s)
     }
 
     /// Appends a present block: its per-leg data (segments `tuple`; strides `1, d0, ...` over
