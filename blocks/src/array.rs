@@ -136,7 +136,7 @@ impl<'a, T: Scalar, S: AbelianSector> BlockViews<'a, T, S> {
 
     /// The address of the first element of the set's block `k` (panics past the end): the
     /// base of what [`get`](Self::get) views, for kernels planned ahead from the block's
-    /// shape and strides in the structure (a [`CopyPlan`](tessera_core::CopyPlan)), which
+    /// shape and strides in the structure (a [`CopyPlan`](tessera_backends::cpu::CopyPlan)), which
     /// skip building a view per block. The read grant covers exactly those elements.
     pub fn block_ptr(&self, k: usize) -> *const T {
         self.region

@@ -27,7 +27,7 @@ fn assign<U: Copy, T: Copy>(
     x: &StridedRef<'_, U>,
     f: impl Fn(U) -> T,
 ) -> Result<(), ShapeMismatch> {
-    if y.assign_map(x, f) {
+    if tessera_backends::cpu::assign_map(y, x, f) {
         Ok(())
     } else {
         Err(ShapeMismatch {

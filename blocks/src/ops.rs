@@ -28,9 +28,9 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
-use tessera_backends::cpu;
+use tessera_backends::cpu::{self, CopyPlan, Stores};
 use tessera_core::{
-    Alias, Async, CopyPlan, KernelError, Stores, StridedMut, StridedRef, schedule_named,
+    Alias, Async, KernelError, SendPtr, StridedMut, StridedRef, schedule_named,
     schedule_sequential_named,
 };
 
@@ -776,12 +776,13 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
                             }
                             // The same copy in parts that write disjoint elements, one per
                             // worker of the runtime whose pool runs this task (so rayon here
-                            // is that pool). Addresses cross threads as integers.
-                            let (ya, xa) = (y as usize, x as usize);
+                            // is that pool). The pointers cross threads with their
+                            // provenance (`SendPtr`).
+                            let (ya, xa) = (SendPtr::new(y), SendPtr::new_const(x));
                             plan.split(threads).par_iter().for_each(|(part, d, s)| {
                                 let (y, x) = (
-                                    (ya as *mut T).wrapping_offset(*d),
-                                    (xa as *const T).wrapping_offset(*s),
+                                    ya.get().wrapping_offset(*d),
+                                    xa.get_const().wrapping_offset(*s),
                                 );
                                 // SAFETY: as for the whole plan (above); each part copies a
                                 // subset of its elements, at these offsets from its bases

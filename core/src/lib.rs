@@ -49,6 +49,7 @@ mod hazard;
 mod pool;
 mod primitive;
 mod runtime;
+mod send_ptr;
 mod storage;
 mod task;
 mod trace;
@@ -60,8 +61,8 @@ mod loom_models;
 pub use access::{Access, AccessList};
 pub use alias::{Alias, ReadAlias, ReadBuffer, Region, WriteBuffer};
 pub use buffer::{
-    ALIGN, AllocError, AnyBits, CopyPlan, SharedBuffer, Stores, StridedMut, StridedRef, Zeroable,
-    for_each_offset, zip_runs, zip_runs_ref,
+    ALIGN, AllocError, AnyBits, SharedBuffer, StridedMut, StridedRef, Zeroable,
+    for_each_common_run, for_each_offset, zip_runs, zip_runs_ref,
 };
 pub use cache::{CacheStats, LruCache};
 pub use domain::Domain;
@@ -74,5 +75,6 @@ pub use pool::{
 pub use runtime::{
     Runtime, host, schedule, schedule_eager_named, schedule_named, schedule_sequential_named,
 };
+pub use send_ptr::SendPtr;
 pub use trace::{Trace, TraceEvent};
 pub use value::{Async, ValueRegion};

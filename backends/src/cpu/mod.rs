@@ -1,7 +1,9 @@
 //! The CPU backend's elementwise kernels and reductions over strided views.
 //!
 //! Owns: scale, axpy, scaled (conjugating, permuting) copies, dot products and squared norms
-//! over [`StridedRef`] / [`StridedMut`]. Invariant: every kernel either checks that its
+//! over [`StridedRef`] / [`StridedMut`]; the copy planner and the vector transposes under the
+//! permuting copies ([`CopyPlan`], [`assign`], module `permute`); GEMM on faer and the faer
+//! matrix views of strided views. Invariant: every kernel either checks that its
 //! operands have equal dims and returns [`ShapeMismatch`] before writing anything, or writes
 //! the whole destination; all loops run over contiguous runs where the layout has them, so the
 //! compiler vectorises the inner loop.
@@ -12,7 +14,9 @@ mod permute;
 
 pub use gemm::{GemmShapeMismatch, gemm, gemm_parallelism, gemm_parallelism_alone, gemm_with};
 pub use matrix::{matrix_mut, matrix_ref};
-pub use permute::{permute_copy, permute_copy_planned};
+pub use permute::{
+    CopyPlan, Stores, assign, assign_flipped, assign_map, permute_copy, permute_copy_planned,
+};
 
 use crate::Scalar;
 use tessera_core::{StridedMut, StridedRef, zip_runs, zip_runs_ref};
@@ -73,7 +77,7 @@ pub fn copy_scaled<T: Scalar>(
     }
     let op = |v: T| if conj { v.conj() } else { v };
     if beta == T::ZERO {
-        y.assign_map(x, |v| alpha * op(v));
+        assign_map(y, x, |v| alpha * op(v));
     } else {
         let ok = zip_runs(y, x, |_, y, x| {
             for (y, &x) in y.iter_mut().zip(x) {

@@ -1,20 +1,29 @@
 //! Permuting copies: `y <- ±op(x)` for a source that is an axis-permuted view of the
 //! destination's dims, with `op` the identity or the complex conjugate.
 //!
-//! Owns [`permute_copy`] and its planned form [`permute_copy_planned`]. Invariants: the result is bit for bit what the elementwise
-//! definition gives (a sign change and a conjugation are exact: they flip sign bits); the
+//! Owns [`permute_copy`] and its planned form [`permute_copy_planned`], over the copy planner
+//! (module `plan`: [`CopyPlan`] and the view copies [`assign`], [`assign_map`],
+//! [`assign_flipped`]) and the vector transposes (module `transpose`), which moved here from
+//! the core's buffer: they are CPU kernels. Invariants: the result is bit for bit what the
+//! elementwise definition gives (a sign change and a conjugation are exact: they flip sign bits); the
 //! destination is written in full or, on a shape mismatch, not at all.
 //!
 //! A permutation of block legs is, after merging the axes that stay adjacent, almost always
 //! a batch of 2-D transposes, and the fermionic sign and the adjoint's conjugation ride along
-//! for free in core's register transposes ([`StridedMut::assign_flipped`]: one XOR per
+//! for free in the register transposes ([`assign_flipped`]: one XOR per
 //! vector), so a signed or conjugated permutation moves as fast as a plain one. A
 //! permutation whose output outgrows the last-level cache asks for streaming stores
 //! ([`Stores::Streaming`]), which write the destination without reading it first.
 
+mod plan;
+mod transpose;
+
+pub use plan::{CopyPlan, assign, assign_flipped, assign_map};
+pub use transpose::Stores;
+
 use super::{ShapeMismatch, mismatch};
 use crate::Scalar;
-use tessera_core::{CopyPlan, Stores, StridedMut, StridedRef};
+use tessera_core::{StridedMut, StridedRef};
 
 /// `y <- s * op(x)` elementwise, with `s = -1` when `negate` (else `+1`) and `op` the complex
 /// conjugate when `conj` (the identity for real types); `x` is any strided view (typically
@@ -35,7 +44,7 @@ pub fn permute_copy<T: Scalar>(
         return Err(mismatch(y, x));
     }
     let (mask, op) = flip::<T>(negate, conj);
-    let done = y.assign_flipped(x, mask, op, stores);
+    let done = assign_flipped(y, x, mask, op, stores);
     debug_assert!(done, "dims were checked");
     Ok(())
 }
