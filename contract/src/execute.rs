@@ -172,7 +172,7 @@ pub(crate) fn matrix_form<T: Field, S: AbelianSector>(
     };
     // The permutation writes every block of the temporary.
     let tmp = AsyncArray::try_empty(Arc::clone(&op.matrix))?;
-    x.permute_into_with(permuted, perm, &tmp, Blocks::All)?;
+    x.permute_into_with(permuted, perm, &tmp)?;
     Ok(Some(tmp))
 }
 
@@ -310,18 +310,18 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
     if overwrite {
         zero_blocks(target, &plan.idle)?;
     } else if beta != T::ONE && !plan.idle.is_empty() {
-        c.scale(beta, Blocks::Only(&plan.idle))?;
+        c.scale_blocks(beta, Blocks::Only(&plan.idle))?;
     }
     if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
         if fresh || beta == T::ZERO {
-            product.permute_into_with(permuted, perm, c, Blocks::All)?;
+            product.permute_into_with(permuted, perm, c)?;
         } else {
             let moved = AsyncArray::try_empty(Arc::clone(plan.output()))?;
-            product.permute_into_with(permuted, perm, &moved, Blocks::All)?;
+            product.permute_into_with(permuted, perm, &moved)?;
             if beta != T::ONE {
-                c.scale(beta, Blocks::All)?;
+                c.scale(beta);
             }
-            c.axpy(T::ONE, &moved, Blocks::All)?;
+            c.axpy(T::ONE, &moved)?;
         }
     }
     Ok(())
