@@ -259,10 +259,10 @@ struct EffectiveHamiltonian<'a> {
 
 impl EffectiveHamiltonian<'_> {
     fn apply(&self, theta: &Tensor) -> Result<Tensor> {
-        let t = self.steps[0].apply(1.0, self.left, theta)?;
-        let t = self.steps[1].apply(1.0, &t, self.w)?;
-        let t = self.steps[2].apply(1.0, &t, self.w)?;
-        Ok(self.steps[3].apply(1.0, &t, self.right)?)
+        let t = self.steps[0].apply(self.left, theta)?;
+        let t = self.steps[1].apply(&t, self.w)?;
+        let t = self.steps[2].apply(&t, self.w)?;
+        Ok(self.steps[3].apply(&t, self.right)?)
     }
 }
 
@@ -392,27 +392,27 @@ impl Dmrg {
     /// `right[i]` from `right[i + 1]` and the right isometry at site `i`.
     fn update_right(&mut self, i: usize) -> Result<()> {
         let r = self.right[i + 1].as_ref().expect("next right environment");
-        let t = self.c.right[0].apply(1.0, &self.mps[i], r)?;
-        let t = self.c.right[1].apply(1.0, &t, &self.w)?;
+        let t = self.c.right[0].apply(&self.mps[i], r)?;
+        let t = self.c.right[1].apply(&t, &self.w)?;
         let bra = self.c.bra_of(&self.mps[i])?;
-        self.right[i] = Some(self.c.right[2].apply(1.0, &t, &bra)?);
+        self.right[i] = Some(self.c.right[2].apply(&t, &bra)?);
         Ok(())
     }
 
     /// `left[i + 1]` from `left[i]` and the left isometry at site `i`.
     fn update_left(&mut self, i: usize) -> Result<()> {
         let l = self.left[i].as_ref().expect("previous left environment");
-        let t = self.c.left[0].apply(1.0, l, &self.mps[i])?;
-        let t = self.c.left[1].apply(1.0, &t, &self.w)?;
+        let t = self.c.left[0].apply(l, &self.mps[i])?;
+        let t = self.c.left[1].apply(&t, &self.w)?;
         let bra = self.c.bra_of(&self.mps[i])?;
-        self.left[i + 1] = Some(self.c.left[2].apply(1.0, &t, &bra)?);
+        self.left[i + 1] = Some(self.c.left[2].apply(&t, &bra)?);
         Ok(())
     }
 
     /// The pair `(i, i + 1)` as one tensor `theta(k, s, t, r)`, and the right environment
     /// of the pair twisted for the effective Hamiltonian.
     fn pair(&self, i: usize) -> Result<(Tensor, Tensor)> {
-        let theta = self.c.pair.apply(1.0, &self.mps[i], &self.mps[i + 1])?;
+        let theta = self.c.pair.apply(&self.mps[i], &self.mps[i + 1])?;
         let right = twisted(self.right[i + 2].as_ref().expect("right environment"), 2)?;
         Ok((theta, right))
     }
@@ -438,10 +438,10 @@ impl Dmrg {
         s.scale(1.0 / (f.total_weight - f.discarded_weight).sqrt());
         if to_right {
             self.mps[i] = f.u;
-            self.mps[i + 1] = self.c.absorb_right.apply(1.0, &s, &f.vt)?;
+            self.mps[i + 1] = self.c.absorb_right.apply(&s, &f.vt)?;
             self.update_left(i)?;
         } else {
-            self.mps[i] = self.c.absorb_left.apply(1.0, &f.u, &s)?;
+            self.mps[i] = self.c.absorb_left.apply(&f.u, &s)?;
             self.mps[i + 1] = f.vt;
             self.update_right(i + 1)?;
         }
@@ -661,9 +661,9 @@ fn a_tensor_paired_with_its_conjugate_is_its_norm_only_with_the_reversal_sign_an
         .enter(|| -> Result<()> {
             let v = Leg::new(Direction::In, (-1..=2).map(|n| (charge(n), 2)))?;
             let s = BlockStructure::new([v.clone(), physical_leg()?], [v.dual()], charge(0))?;
-            let a = AsyncArray::random(s, 11);
+            let a = AsyncArray::<f64, _>::random(s, 11);
             let pair = Contraction::new("ksr,ksr->")?.conj_a();
-            let in_place = pair.apply(1.0, &a, &a)?.to_dense()?[0];
+            let in_place = pair.apply(&a, &a)?.to_dense()?[0];
             let mut want = 0.0;
             for (b, data) in a.structure().blocks().zip(a.to_blocks()?) {
                 let p: Vec<bool> = b.sectors().iter().map(|s| s.parity()).collect();
@@ -686,7 +686,7 @@ fn a_tensor_paired_with_its_conjugate_is_its_norm_only_with_the_reversal_sign_an
                 (in_place - norm2).abs() > 1e-2 * norm2,
                 "{in_place} vs {norm2}"
             );
-            let adjoint = pair.apply(1.0, &with_reversal_sign(&a)?, &twisted(&a, 2)?)?;
+            let adjoint = pair.apply(&with_reversal_sign(&a)?, &twisted(&a, 2)?)?;
             let got = adjoint.to_dense()?[0];
             assert!((got - norm2).abs() < 1e-12 * norm2, "{got} vs {norm2}");
             Ok(())

@@ -663,7 +663,7 @@ mod tests {
                 let a = AsyncArray::<f64, S>::random(sa, rng.r#gen());
                 let b = AsyncArray::<f64, S>::random(sb, rng.r#gen());
                 let plan = mm.plan(&a, &b).unwrap();
-                let want = mm.apply(1.5, &a, &b).unwrap().to_dense().unwrap();
+                let want = mm.apply_scaled(1.5, &a, &b).unwrap().to_dense().unwrap();
                 let am = crate::execute::matrix_form(&plan, 0, &a).unwrap();
                 let bm = crate::execute::matrix_form(&plan, 1, &b).unwrap();
                 let (am, bm) = (am.as_ref().unwrap_or(&a), bm.as_ref().unwrap_or(&b));

@@ -395,7 +395,7 @@ impl<S: AbelianSector> Network<S> {
                         &made[i - n].as_ref().expect("validated order").array
                     }
                 };
-                c.apply(alpha, get(x), get(y))?
+                c.apply_scaled(alpha, get(x), get(y))?
             };
             for i in [x, y] {
                 if i >= n {

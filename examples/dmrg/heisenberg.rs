@@ -164,10 +164,10 @@ pub(crate) struct EffectiveHamiltonian<'a> {
 impl EffectiveHamiltonian<'_> {
     /// `H theta`, a new tensor with the structure of `theta` (enrolled, not waited for).
     pub(crate) fn apply(&self, theta: &Tensor) -> Result<Tensor> {
-        let t = self.steps[0].apply(1.0, self.left, theta)?;
-        let t = self.steps[1].apply(1.0, &t, self.w)?;
-        let t = self.steps[2].apply(1.0, &t, self.w)?;
-        Ok(self.steps[3].apply(1.0, &t, self.right)?)
+        let t = self.steps[0].apply(self.left, theta)?;
+        let t = self.steps[1].apply(&t, self.w)?;
+        let t = self.steps[2].apply(&t, self.w)?;
+        Ok(self.steps[3].apply(&t, self.right)?)
     }
 }
 
@@ -403,9 +403,9 @@ impl Dmrg {
         let r = self.right[i + 1]
             .as_ref()
             .expect("the next right environment");
-        let t = self.c.right[0].apply(1.0, &self.mps[i], r)?;
-        let t = self.c.right[1].apply(1.0, &t, &self.w)?;
-        self.right[i] = Some(self.c.right[2].apply(1.0, &t, &self.mps[i])?);
+        let t = self.c.right[0].apply(&self.mps[i], r)?;
+        let t = self.c.right[1].apply(&t, &self.w)?;
+        self.right[i] = Some(self.c.right[2].apply(&t, &self.mps[i])?);
         Ok(())
     }
 
@@ -414,9 +414,9 @@ impl Dmrg {
         let l = self.left[i]
             .as_ref()
             .expect("the previous left environment");
-        let t = self.c.left[0].apply(1.0, l, &self.mps[i])?;
-        let t = self.c.left[1].apply(1.0, &t, &self.w)?;
-        self.left[i + 1] = Some(self.c.left[2].apply(1.0, &t, &self.mps[i])?);
+        let t = self.c.left[0].apply(l, &self.mps[i])?;
+        let t = self.c.left[1].apply(&t, &self.w)?;
+        self.left[i + 1] = Some(self.c.left[2].apply(&t, &self.mps[i])?);
         Ok(())
     }
 
@@ -424,7 +424,7 @@ impl Dmrg {
     /// site `i + 1` (`to_right`) or keeping it at `i`. Returns the energy, the discarded
     /// weight, the new bond dimension and the Lanczos products used.
     fn step(&mut self, i: usize, to_right: bool) -> Result<(f64, f64, usize, usize)> {
-        let theta = self.c.pair.apply(1.0, &self.mps[i], &self.mps[i + 1])?;
+        let theta = self.c.pair.apply(&self.mps[i], &self.mps[i + 1])?;
         let h = EffectiveHamiltonian {
             left: self.left[i]
                 .as_ref()
@@ -454,10 +454,10 @@ impl Dmrg {
         let bond = f.s.len();
         if to_right {
             self.mps[i] = f.u;
-            self.mps[i + 1] = self.c.absorb_right.apply(1.0, &s, &f.vt)?;
+            self.mps[i + 1] = self.c.absorb_right.apply(&s, &f.vt)?;
             self.update_left(i)?;
         } else {
-            self.mps[i] = self.c.absorb_left.apply(1.0, &f.u, &s)?;
+            self.mps[i] = self.c.absorb_left.apply(&f.u, &s)?;
             self.mps[i + 1] = f.vt;
             self.update_right(i + 1)?;
         }
