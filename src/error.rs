@@ -17,10 +17,9 @@
 ///     let v = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 1)])?; // tessera_blocks::Error
 ///     let s = BlockStructure::new([v.clone()], [v.dual()], U1(0))?;
 ///     let a = AsyncArray::<f64, U1>::random(s, 7);
-///     let c = Contraction::new("ab,bc->ac")?.apply(1.0, &a, &a)?; // tessera_contract::Error
-///     let _ = c.norm(Blocks::All)?.get()?; // tessera_core::Error
-///     let id = c.structure().block_id_by_sectors(&[U1(1), U1(1)])?;
-///     Ok(id.unwrap_or(0))
+///     let c = Contraction::new("ab,bc->ac")?.apply(&a, &a)?; // tessera_contract::Error
+///     let _ = c.norm().get()?; // tessera_core::Error
+///     Ok(c.structure().block_of(&[U1(1), U1(1)])?)
 /// }
 /// assert_eq!(first_block()?, 1);
 /// # Ok::<(), tessera::Error>(())
