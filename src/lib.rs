@@ -33,7 +33,7 @@ pub use error::Error;
 
 /// The names a first program needs: the tensor type and what builds its structure, the
 /// common sectors, contractions and networks, the factorizations and their truncation, the
-/// runtime's values and tasks, and the one [`Error`](crate::Error).
+/// runtime's values and tasks, and the one [`Error`].
 pub mod prelude {
     pub use crate::Error;
     pub use tessera_blocks::{
