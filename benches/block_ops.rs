@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera::blocks::{AsyncArray, BlockStructure, Blocks, Direction, Leg, U1};
+use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
 use tessera::prelude::Runtime;
 
 /// Four legs with U(1) sectors -q..=q of dimension `d` each, flux 0: blocks of d^4 elements
@@ -103,13 +103,13 @@ fn bench(c: &mut Criterion) {
         let x = AsyncArray::<f64, U1>::random(Arc::clone(&s), 1);
         let y = AsyncArray::<f64, U1>::random(Arc::clone(&s), 2);
         let perm = [2, 3, 0, 1];
-        let p = runtime.enter(|| x.permute(&perm, 2, Blocks::All).unwrap());
+        let p = runtime.enter(|| x.permute(&perm, 2).unwrap());
         let label = format!("block{block}_total{}MiB", bytes >> 20);
 
         group.throughput(Throughput::Bytes(2 * bytes));
         group.bench_function(BenchmarkId::new("permute_2301", &label), |b| {
             b.iter(|| {
-                runtime.enter(|| x.permute_into(&perm, 2, &p, Blocks::All).unwrap());
+                runtime.enter(|| x.permute_into(&perm, 2, &p).unwrap());
                 p.wait().unwrap();
             })
         });
@@ -118,10 +118,7 @@ fn bench(c: &mut Criterion) {
         let planned = s.permuted(&perm, 2).unwrap();
         group.bench_function(BenchmarkId::new("permute_2301_planned", &label), |b| {
             b.iter(|| {
-                runtime.enter(|| {
-                    x.permute_into_with(&planned, &perm, &p, Blocks::All)
-                        .unwrap()
-                });
+                runtime.enter(|| x.permute_into_with(&planned, &perm, &p).unwrap());
                 p.wait().unwrap();
             })
         });
@@ -146,10 +143,7 @@ fn bench(c: &mut Criterion) {
                 &id,
                 Duration::from_secs(3),
                 || {
-                    runtime.enter(|| {
-                        x.permute_into_with(&planned, &perm, &p, Blocks::All)
-                            .unwrap()
-                    });
+                    runtime.enter(|| x.permute_into_with(&planned, &perm, &p).unwrap());
                     p.wait().unwrap();
                 },
                 || {
@@ -165,20 +159,13 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(3 * bytes));
         group.bench_function(BenchmarkId::new("axpy", &label), |b| {
             b.iter(|| {
-                runtime.enter(|| y.axpy(1e-9, &x, Blocks::All).unwrap());
+                runtime.enter(|| y.axpy(1e-9, &x).unwrap());
                 y.wait().unwrap();
             })
         });
         group.throughput(Throughput::Bytes(bytes));
         group.bench_function(BenchmarkId::new("norm", &label), |b| {
-            b.iter(|| {
-                black_box(
-                    runtime
-                        .enter(|| x.norm(Blocks::All).unwrap())
-                        .get()
-                        .unwrap(),
-                )
-            })
+            b.iter(|| black_box(runtime.enter(|| x.norm()).get().unwrap()))
         });
     }
     group.finish();

@@ -69,7 +69,7 @@ fn block_gemm(c: &mut Criterion) {
             BenchmarkId::new("tessera", format!("{sectors}x{d}")),
             |bch| {
                 bch.iter(|| {
-                    runtime.enter(|| mm.apply_into(1.0, &a, &b, 0.0, &out).unwrap());
+                    runtime.enter(|| mm.apply_into(&a, &b, &out).unwrap());
                     out.wait().unwrap();
                 })
             },
@@ -96,7 +96,7 @@ fn small_blocks(c: &mut Criterion) {
     group.throughput(Throughput::Elements(plan.flops()));
     group.bench_function("tessera", |bch| {
         bch.iter(|| {
-            runtime.enter(|| mm.apply_into(1.0, &a, &b, 0.0, &out).unwrap());
+            runtime.enter(|| mm.apply_into(&a, &b, &out).unwrap());
             out.wait().unwrap();
         })
     });
@@ -292,7 +292,7 @@ fn apply_heff<A: Operand<Scalar = f64, Symmetry = U1>>(
         let spec = Spec::tensordot(a.labels.len(), b.labels.len(), &axes_a, &axes_b).unwrap();
         let c = Contraction::from_spec(spec);
         flops += c.plan(&a.array, &b.array).unwrap().flops();
-        let array = c.apply(1.0, &a.array, &b.array).unwrap();
+        let array = c.apply(&a.array, &b.array).unwrap();
         let labels = a
             .labels
             .iter()
@@ -476,9 +476,7 @@ fn on_the_device(c: &mut Criterion) {
             BenchmarkId::new(format!("block_gemm_16x{d}_{name}"), d),
             |bch| {
                 bch.iter(|| {
-                    runtime
-                        .enter(|| mm.apply_into(T::ONE, &a, &b, T::ZERO, &out))
-                        .unwrap();
+                    runtime.enter(|| mm.apply_into(&a, &b, &out)).unwrap();
                     out.wait().unwrap();
                     dev.synchronize().unwrap();
                 })

@@ -87,7 +87,7 @@ fn measure<T: Field>(
     let c = AsyncArray::<T, U1>::zeros(Arc::clone(plan.output()));
     let flops: f64 = dims.iter().map(|&d| per_mac * (d as f64).powi(3)).sum();
     let product = || -> Result<()> {
-        runtime.enter(|| mm.apply_into(T::ONE, &a, &b, T::ZERO, &c))?;
+        runtime.enter(|| mm.apply_into(&a, &b, &c))?;
         c.wait()?;
         Ok(())
     };
@@ -157,7 +157,7 @@ fn measure_cuda<T: Field + tessera::backends::cuda::CudaScalar>(
     let c = DeviceArray::<T, U1>::zeros(Arc::clone(plan.output()), &dev)?;
     let flops: f64 = dims.iter().map(|&d| 2.0 * (d as f64).powi(3)).sum();
     let product = || -> Result<()> {
-        runtime.enter(|| mm.apply_into(T::ONE, &a, &b, T::ZERO, &c))?;
+        runtime.enter(|| mm.apply_into(&a, &b, &c))?;
         c.wait()?; // enqueued
         dev.synchronize()?; // done
         Ok(())

@@ -1,7 +1,8 @@
 //! Tessera: block-sparse, symmetry-adapted tensors on an asynchronous, hazard-ordered block
 //! runtime.
 //!
-//! This facade re-exports the workspace crates; most programs need only the [`prelude`].
+//! This facade re-exports the workspace crates; most programs need only the [`prelude`] and
+//! the one error type [`Error`], which every crate's error converts into.
 //!
 //! ```
 //! use tessera::prelude::*;
@@ -13,7 +14,7 @@
 //!     Ok(())
 //! })?;
 //! assert_eq!(y.get()?, 9.0);
-//! # Ok::<(), tessera::core::Error>(())
+//! # Ok::<(), tessera::Error>(())
 //! ```
 
 #![deny(missing_docs)]
@@ -27,7 +28,19 @@ pub use tessera_coalesce as coalesce;
 pub use tessera_contract as contract;
 pub use tessera_core as core;
 
-/// The names most programs use.
+mod error;
+pub use error::Error;
+
+/// The names a first program needs: the tensor type and what builds its structure, the
+/// common sectors, contractions and networks, the factorizations and their truncation, the
+/// runtime's values and tasks, and the one [`Error`].
 pub mod prelude {
+    pub use crate::Error;
+    pub use tessera_blocks::{
+        AbelianSector, AsyncArray, BlockStructure, Blocks, Direction, FermionParity, FermionicU1,
+        Leg, Product, Sector, Trivial, U1, Z2, Zn,
+    };
+    pub use tessera_coalesce::{Truncation, eigh, lq, qr, svd};
+    pub use tessera_contract::{Contraction, Network, Order};
     pub use tessera_core::{Access, Alias, Async, Domain, ReadAlias, Runtime, schedule};
 }

@@ -171,7 +171,7 @@ fn negated(x: &Tensor, negative: impl Fn(&[FermionicU1]) -> bool) -> Result<Tens
         .map(|b| b.id())
         .collect();
     let y = x.duplicate();
-    y.scale(-1.0, Blocks::Only(&ids))?;
+    y.scale_blocks(-1.0, Blocks::Only(&ids))?;
     Ok(y)
 }
 
@@ -259,10 +259,10 @@ struct EffectiveHamiltonian<'a> {
 
 impl EffectiveHamiltonian<'_> {
     fn apply(&self, theta: &Tensor) -> Result<Tensor> {
-        let t = self.steps[0].apply(1.0, self.left, theta)?;
-        let t = self.steps[1].apply(1.0, &t, self.w)?;
-        let t = self.steps[2].apply(1.0, &t, self.w)?;
-        Ok(self.steps[3].apply(1.0, &t, self.right)?)
+        let t = self.steps[0].apply(self.left, theta)?;
+        let t = self.steps[1].apply(&t, self.w)?;
+        let t = self.steps[2].apply(&t, self.w)?;
+        Ok(self.steps[3].apply(&t, self.right)?)
     }
 }
 
@@ -276,45 +276,45 @@ fn lanczos(
 ) -> Result<(f64, Tensor)> {
     let max_iter = max_iter.clamp(1, start.structure().total_len().max(1));
     let v0 = start.duplicate();
-    let n0 = v0.norm(Blocks::All)?.get()?;
+    let n0 = v0.norm().get()?;
     if n0 == 0.0 {
         return Err("Lanczos: the start vector is zero".into());
     }
-    v0.scale(1.0 / n0, Blocks::All)?;
+    v0.scale(1.0 / n0);
     let mut basis = vec![v0];
     let (mut alpha, mut beta): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
     let (value, y) = loop {
         let k = basis.len() - 1;
         let w = apply(&basis[k])?;
-        let a = basis[k].inner(&w, Blocks::All)?.get()?;
+        let a = basis[k].inner(&w)?.get()?;
         alpha.push(a);
-        w.axpy(-a, &basis[k], Blocks::All)?;
+        w.axpy(-a, &basis[k])?;
         if k > 0 {
-            w.axpy(-beta[k - 1], &basis[k - 1], Blocks::All)?;
+            w.axpy(-beta[k - 1], &basis[k - 1])?;
         }
         let overlaps = basis
             .iter()
-            .map(|v| v.inner(&w, Blocks::All))
+            .map(|v| v.inner(&w))
             .collect::<std::result::Result<Vec<_>, tessera::blocks::Error>>()?;
         for (v, c) in basis.iter().zip(overlaps) {
-            w.axpy(-c.get()?, v, Blocks::All)?;
+            w.axpy(-c.get()?, v)?;
         }
-        let b = w.norm(Blocks::All)?.get()?;
+        let b = w.norm().get()?;
         let (value, y) = lowest_of_tridiagonal(&alpha, &beta)?;
         if b * y[k].abs() < tol || basis.len() >= max_iter || b < 1e-14 {
             break (value, y);
         }
-        w.scale(1.0 / b, Blocks::All)?;
+        w.scale(1.0 / b);
         beta.push(b);
         basis.push(w);
     };
     let x = basis[0].duplicate();
-    x.scale(y[0], Blocks::All)?;
+    x.scale(y[0]);
     for (v, &c) in basis.iter().zip(&y).skip(1) {
-        x.axpy(c, v, Blocks::All)?;
+        x.axpy(c, v)?;
     }
-    let n = x.norm(Blocks::All)?.get()?;
-    x.scale(1.0 / n, Blocks::All)?;
+    let n = x.norm().get()?;
+    x.scale(1.0 / n);
     Ok((value, x))
 }
 
@@ -392,27 +392,27 @@ impl Dmrg {
     /// `right[i]` from `right[i + 1]` and the right isometry at site `i`.
     fn update_right(&mut self, i: usize) -> Result<()> {
         let r = self.right[i + 1].as_ref().expect("next right environment");
-        let t = self.c.right[0].apply(1.0, &self.mps[i], r)?;
-        let t = self.c.right[1].apply(1.0, &t, &self.w)?;
+        let t = self.c.right[0].apply(&self.mps[i], r)?;
+        let t = self.c.right[1].apply(&t, &self.w)?;
         let bra = self.c.bra_of(&self.mps[i])?;
-        self.right[i] = Some(self.c.right[2].apply(1.0, &t, &bra)?);
+        self.right[i] = Some(self.c.right[2].apply(&t, &bra)?);
         Ok(())
     }
 
     /// `left[i + 1]` from `left[i]` and the left isometry at site `i`.
     fn update_left(&mut self, i: usize) -> Result<()> {
         let l = self.left[i].as_ref().expect("previous left environment");
-        let t = self.c.left[0].apply(1.0, l, &self.mps[i])?;
-        let t = self.c.left[1].apply(1.0, &t, &self.w)?;
+        let t = self.c.left[0].apply(l, &self.mps[i])?;
+        let t = self.c.left[1].apply(&t, &self.w)?;
         let bra = self.c.bra_of(&self.mps[i])?;
-        self.left[i + 1] = Some(self.c.left[2].apply(1.0, &t, &bra)?);
+        self.left[i + 1] = Some(self.c.left[2].apply(&t, &bra)?);
         Ok(())
     }
 
     /// The pair `(i, i + 1)` as one tensor `theta(k, s, t, r)`, and the right environment
     /// of the pair twisted for the effective Hamiltonian.
     fn pair(&self, i: usize) -> Result<(Tensor, Tensor)> {
-        let theta = self.c.pair.apply(1.0, &self.mps[i], &self.mps[i + 1])?;
+        let theta = self.c.pair.apply(&self.mps[i], &self.mps[i + 1])?;
         let right = twisted(self.right[i + 2].as_ref().expect("right environment"), 2)?;
         Ok((theta, right))
     }
@@ -435,16 +435,13 @@ impl Dmrg {
         let f = svd(&ground, &Truncation::max_dim(self.chi))?;
         let discarded = f.discarded_weight / f.total_weight;
         let s = f.s.to_array()?;
-        s.scale(
-            1.0 / (f.total_weight - f.discarded_weight).sqrt(),
-            Blocks::All,
-        )?;
+        s.scale(1.0 / (f.total_weight - f.discarded_weight).sqrt());
         if to_right {
             self.mps[i] = f.u;
-            self.mps[i + 1] = self.c.absorb_right.apply(1.0, &s, &f.vt)?;
+            self.mps[i + 1] = self.c.absorb_right.apply(&s, &f.vt)?;
             self.update_left(i)?;
         } else {
-            self.mps[i] = self.c.absorb_left.apply(1.0, &f.u, &s)?;
+            self.mps[i] = self.c.absorb_left.apply(&f.u, &s)?;
             self.mps[i + 1] = f.vt;
             self.update_right(i + 1)?;
         }
@@ -599,20 +596,19 @@ fn the_effective_hamiltonian_is_symmetric_and_its_expectation_is_the_energy() {
             let h = run.heff(3, &right);
             let x = AsyncArray::random(Arc::clone(theta.structure()), 7);
             let y = AsyncArray::random(Arc::clone(theta.structure()), 8);
-            let xhy = x.inner(&h.apply(&y)?, Blocks::All)?.get()?;
-            let yhx = y.inner(&h.apply(&x)?, Blocks::All)?.get()?;
+            let xhy = x.inner(&h.apply(&y)?)?.get()?;
+            let yhx = y.inner(&h.apply(&x)?)?.get()?;
             assert!((xhy - yhx).abs() < 1e-12 * (1.0 + xhy.abs()), "{xhy} {yhx}");
             // <psi|H|psi> of the current state, through the environments, is the ground
             // energy (the state is converged and exact at chi = 16).
-            let e = theta.inner(&h.apply(&theta)?, Blocks::All)?.get()?
-                / theta.inner(&theta, Blocks::All)?.get()?;
+            let e = theta.inner(&h.apply(&theta)?)?.get()? / theta.inner(&theta)?.get()?;
             let exact = exact_diagonalisation(l, n, t, true);
             assert!((e - exact).abs() < 1e-8, "{e} vs {exact}");
             // Without the twist the network is not symmetric.
             let untwisted = run.right[5].as_ref().unwrap();
             let h = run.heff(3, untwisted);
-            let xhy = x.inner(&h.apply(&y)?, Blocks::All)?.get()?;
-            let yhx = y.inner(&h.apply(&x)?, Blocks::All)?.get()?;
+            let xhy = x.inner(&h.apply(&y)?)?.get()?;
+            let yhx = y.inner(&h.apply(&x)?)?.get()?;
             assert!((xhy - yhx).abs() > 1e-3, "{xhy} {yhx}");
             Ok(())
         })
@@ -665,9 +661,9 @@ fn a_tensor_paired_with_its_conjugate_is_its_norm_only_with_the_reversal_sign_an
         .enter(|| -> Result<()> {
             let v = Leg::new(Direction::In, (-1..=2).map(|n| (charge(n), 2)))?;
             let s = BlockStructure::new([v.clone(), physical_leg()?], [v.dual()], charge(0))?;
-            let a = AsyncArray::random(s, 11);
+            let a = AsyncArray::<f64, _>::random(s, 11);
             let pair = Contraction::new("ksr,ksr->")?.conj_a();
-            let in_place = pair.apply(1.0, &a, &a)?.to_dense()?[0];
+            let in_place = pair.apply(&a, &a)?.to_dense()?[0];
             let mut want = 0.0;
             for (b, data) in a.structure().blocks().zip(a.to_blocks()?) {
                 let p: Vec<bool> = b.sectors().iter().map(|s| s.parity()).collect();
@@ -681,7 +677,7 @@ fn a_tensor_paired_with_its_conjugate_is_its_norm_only_with_the_reversal_sign_an
                 };
                 want += sign * data.iter().map(|x| x * x).sum::<f64>();
             }
-            let norm2 = a.inner(&a, Blocks::All)?.get()?;
+            let norm2 = a.inner(&a)?.get()?;
             assert!(
                 (in_place - want).abs() < 1e-12 * norm2,
                 "{in_place} vs {want}"
@@ -690,7 +686,7 @@ fn a_tensor_paired_with_its_conjugate_is_its_norm_only_with_the_reversal_sign_an
                 (in_place - norm2).abs() > 1e-2 * norm2,
                 "{in_place} vs {norm2}"
             );
-            let adjoint = pair.apply(1.0, &with_reversal_sign(&a)?, &twisted(&a, 2)?)?;
+            let adjoint = pair.apply(&with_reversal_sign(&a)?, &twisted(&a, 2)?)?;
             let got = adjoint.to_dense()?[0];
             assert!((got - norm2).abs() < 1e-12 * norm2, "{got} vs {norm2}");
             Ok(())

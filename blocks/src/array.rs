@@ -222,9 +222,9 @@ unsafe impl<T: Scalar, S: AbelianSector> Region for BlockSetRegion<T, S> {
 /// let leg = Leg::new(Direction::In, [(U1(-1), 2), (U1(1), 3)])?;
 /// let s = BlockStructure::new(vec![leg.clone()], vec![leg], U1(0))?;
 /// let a = AsyncArray::<f64, U1>::random(s, 7);
-/// a.scale(2.0, tessera_blocks::Blocks::All)?;      // one task per block, in parallel
-/// let n = a.norm(tessera_blocks::Blocks::All)?;     // an Async<f64>, computed by tasks
-/// let dense = a.to_dense()?;                        // waits for exactly the scale tasks
+/// a.scale(2.0);               // one task per block, in parallel
+/// let n = a.norm();            // an Async<f64>, computed by tasks
+/// let dense = a.to_dense()?;   // waits for exactly the scale tasks
 /// let want = dense.iter().map(|x| x * x).sum::<f64>().sqrt();
 /// assert!((n.get()? - want).abs() < 1e-12);
 /// # Ok::<(), tessera_blocks::Error>(())

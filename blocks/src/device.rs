@@ -36,6 +36,7 @@ use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 use std::ops::Range;
 use std::sync::Arc;
+use tessera_backends::Scalar;
 use tessera_backends::cuda::{
     CudaDevice, CudaError, CudaScalar, DeviceBuffer, MatLayout, PermuteMove, VecLayout,
 };
@@ -351,7 +352,7 @@ fn element_runs<S: AbelianSector>(s: &BlockStructure<S>, ids: &[usize]) -> Vec<R
 /// let s = BlockStructure::new(vec![v.clone()], vec![v.dual()], U1(0))?;
 /// let a = AsyncArray::<f64, U1>::random(s, 7);
 /// let d = a.to_device(&dev)?;           // enqueued: returns before the copy is done
-/// d.scale(2.0, Blocks::All)?;           // stream-ordered after the copy, no host wait
+/// d.scale(2.0);           // stream-ordered after the copy, no host wait
 /// let back = d.to_host()?;              // the transfer task waits for the stream
 /// assert_eq!(back.to_dense()?, a.to_dense()?.iter().map(|x| 2.0 * x).collect::<Vec<_>>());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -537,13 +538,21 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         Ok(out)
     }
 
+    /// `self <- alpha self`, through cuBLAS's scal (one call for the whole array), as
+    /// [`AsyncArray::scale`]: nothing to check, so nothing to report (a device failure
+    /// poisons the blocks).
+    pub fn scale(&self, alpha: T) {
+        self.scale_blocks(alpha, Blocks::All)
+            .expect("scaling every block has nothing to check")
+    }
+
     /// `self <- alpha self` on the selected blocks, through cuBLAS's scal (one call per
-    /// element run the blocks cover: one for a whole array).
+    /// element run the blocks cover).
     ///
     /// # Errors
     ///
     /// [`Error::UnknownBlock`]; nothing is enrolled on error.
-    pub fn scale(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
+    pub fn scale_blocks(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
         let y = self.selected(blocks)?.into_write();
         schedule_eager_named("device.scale", y, move |mut y| {
             let runs = y.blas_runs();
@@ -557,13 +566,22 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         Ok(())
     }
 
-    /// `self <- alpha x + self` on the selected blocks, through cuBLAS's axpy.
+    /// `self <- alpha x + self`, through cuBLAS's axpy.
     ///
     /// # Errors
     ///
     /// [`Error::StructureMismatch`], [`Error::DeviceMismatch`], [`Error::AliasedOperands`]
-    /// (`x` is `self`), [`Error::UnknownBlock`]; nothing is enrolled on error.
-    pub fn axpy(&self, alpha: T, x: &Self, blocks: Blocks<'_>) -> Result<(), Error> {
+    /// (`x` is `self`); nothing is enrolled on error.
+    pub fn axpy(&self, alpha: T, x: &Self) -> Result<(), Error> {
+        self.axpy_blocks(alpha, x, Blocks::All)
+    }
+
+    /// `self <- alpha x + self` on the selected blocks, through cuBLAS's axpy.
+    ///
+    /// # Errors
+    ///
+    /// As [`axpy`](Self::axpy), and [`Error::UnknownBlock`].
+    pub fn axpy_blocks(&self, alpha: T, x: &Self, blocks: Blocks<'_>) -> Result<(), Error> {
         self.check_same_structure(x)?;
         self.check_same_device(x)?;
         if self.same_storage(x) {
@@ -583,16 +601,23 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
         Ok(())
     }
 
+    /// The Frobenius norm, through cuBLAS's nrm2, as [`AsyncArray::norm`]: a host value of
+    /// the real type (its task copies the device result back, waiting for the stream after
+    /// it has released the storage).
+    pub fn norm(&self) -> Async<T::Real> {
+        self.norm_blocks(Blocks::All)
+            .expect("the norm of every block has nothing to check")
+    }
+
     /// The Frobenius norm of the selected blocks, through cuBLAS's nrm2 (one per element
-    /// run, each into a device slot). The result is a host value: its task copies the slots
-    /// back, waiting for the stream after it has released the storage.
+    /// run, each into a device slot); a host value, as [`norm`](Self::norm).
     ///
     /// # Errors
     ///
     /// [`Error::UnknownBlock`]; nothing is enrolled on error.
-    pub fn norm(&self, blocks: Blocks<'_>) -> Result<Async<T>, Error> {
+    pub fn norm_blocks(&self, blocks: Blocks<'_>) -> Result<Async<T::Real>, Error> {
         let x = self.selected(blocks)?.into_read();
-        let out = Async::new(T::ZERO);
+        let out = Async::new(<T::Real as Scalar>::ZERO);
         schedule_named("device.norm", (x, out.overwrite()), |(x, out)| {
             let runs = x.blas_runs();
             let (dev, slots) = enqueue(None, &[&x], |dev, _, xs| {
@@ -604,20 +629,28 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
             })?;
             let norms = dev.download(&slots).map_err(Error::Cuda)?;
             let squares: f64 = norms.iter().map(|n| n.to_c64().re.powi(2)).sum();
-            *out = T::from_f64(squares.sqrt());
+            *out = <T::Real as Scalar>::from_f64(squares.sqrt());
             Ok(())
         })?;
         Ok(out)
     }
 
-    /// The inner product `<self, other>` over the selected blocks (real types: the plain sum
-    /// of products), through cuBLAS's dot; a host value, as [`norm`](Self::norm).
+    /// The inner product `<self, other>` (real types: the plain sum of products), through
+    /// cuBLAS's dot; a host value, as [`norm`](Self::norm).
     ///
     /// # Errors
     ///
-    /// [`Error::StructureMismatch`], [`Error::DeviceMismatch`], [`Error::UnknownBlock`];
-    /// nothing is enrolled on error.
-    pub fn inner(&self, other: &Self, blocks: Blocks<'_>) -> Result<Async<T>, Error> {
+    /// [`Error::StructureMismatch`], [`Error::DeviceMismatch`]; nothing is enrolled on error.
+    pub fn inner(&self, other: &Self) -> Result<Async<T>, Error> {
+        self.inner_blocks(other, Blocks::All)
+    }
+
+    /// The inner product `<self, other>` over the selected blocks.
+    ///
+    /// # Errors
+    ///
+    /// As [`inner`](Self::inner), and [`Error::UnknownBlock`].
+    pub fn inner_blocks(&self, other: &Self, blocks: Blocks<'_>) -> Result<Async<T>, Error> {
         self.check_same_structure(other)?;
         self.check_same_device(other)?;
         let ids = blocks.resolve(self.num_blocks())?;
@@ -651,19 +684,76 @@ impl<T: CudaScalar, S: AbelianSector> DeviceArray<T, S> {
     ///
     /// As [`AsyncArray::permute`].
     pub fn permute(&self, perm: &[usize], n_codomain: usize) -> Result<Self, Error> {
+        self.permute_blocks(perm, n_codomain, Blocks::All)
+    }
+
+    /// [`permute`](Self::permute) of the selected blocks; the other blocks of the result are
+    /// zero, as [`AsyncArray::permute_blocks`].
+    ///
+    /// # Errors
+    ///
+    /// As [`AsyncArray::permute_blocks`].
+    pub fn permute_blocks(
+        &self,
+        perm: &[usize],
+        n_codomain: usize,
+        blocks: Blocks<'_>,
+    ) -> Result<Self, Error> {
         let permuted = self.structure.permutation(perm, n_codomain)?;
+        blocks.resolve(self.num_blocks())?;
         let out = Self::zeros(permuted.structure.clone(), self.device())?;
-        self.permute_into_with(&permuted, perm, &out, Blocks::All)?;
+        self.permute_into_with_blocks(&permuted, perm, &out, blocks)?;
         Ok(out)
     }
 
-    /// Like [`AsyncArray::permute_into_with`], on the device: one task moves the selected
-    /// blocks into `out` (same device) in one kernel launch.
+    /// Like [`permute`](Self::permute), into an existing array `out` on the same device that
+    /// has the permuted structure, as [`AsyncArray::permute_into`].
+    ///
+    /// # Errors
+    ///
+    /// As [`AsyncArray::permute_into`], and [`Error::DeviceMismatch`].
+    pub fn permute_into(&self, perm: &[usize], n_codomain: usize, out: &Self) -> Result<(), Error> {
+        self.permute_into_blocks(perm, n_codomain, out, Blocks::All)
+    }
+
+    /// [`permute_into`](Self::permute_into) of the selected blocks (the other blocks of
+    /// `out` are left as they are).
+    ///
+    /// # Errors
+    ///
+    /// As [`permute_into`](Self::permute_into), and [`Error::UnknownBlock`].
+    pub fn permute_into_blocks(
+        &self,
+        perm: &[usize],
+        n_codomain: usize,
+        out: &Self,
+        blocks: Blocks<'_>,
+    ) -> Result<(), Error> {
+        let permuted = self.structure.permutation(perm, n_codomain)?;
+        self.permute_into_with_blocks(&permuted, perm, out, blocks)
+    }
+
+    /// Like [`AsyncArray::permute_into_with`], on the device: one task moves every block
+    /// into `out` (same device) in one kernel launch.
     ///
     /// # Errors
     ///
     /// As [`AsyncArray::permute_into_with`], and [`Error::DeviceMismatch`].
     pub fn permute_into_with(
+        &self,
+        permuted: &Permuted<S>,
+        perm: &[usize],
+        out: &Self,
+    ) -> Result<(), Error> {
+        self.permute_into_with_blocks(permuted, perm, out, Blocks::All)
+    }
+
+    /// [`permute_into_with`](Self::permute_into_with) of the selected blocks.
+    ///
+    /// # Errors
+    ///
+    /// As [`permute_into_with`](Self::permute_into_with), and [`Error::UnknownBlock`].
+    pub fn permute_into_with_blocks(
         &self,
         permuted: &Permuted<S>,
         perm: &[usize],

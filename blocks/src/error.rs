@@ -191,6 +191,28 @@ pub enum Error {
         segments: Vec<usize>,
     },
 
+    /// Charges (one per leg) that name no present block.
+    #[error("expected one charge per leg naming a present block, but ({asked}) {reason}")]
+    NoBlockWithCharges {
+        /// The charges asked for (`Display` forms, comma-separated).
+        asked: String,
+        /// Why no block has them, and which charges do exist (a leg's charges, or the
+        /// charge tuples of the present blocks).
+        reason: String,
+    },
+
+    /// A coupled charge that labels no coupled sector of the structure.
+    #[error(
+        "expected the coupled charge of a sector that has blocks (one of {present}), but \
+         {asked} was asked"
+    )]
+    NoSectorWithCharge {
+        /// The charge asked for (`Display` form).
+        asked: String,
+        /// The coupled charges of the structure's sectors (`Display` forms, in order).
+        present: String,
+    },
+
     /// Two operands of an operation need the same structure and do not have it.
     #[error("expected an operand with structure {expected}, but it has {given}")]
     StructureMismatch {

@@ -26,6 +26,28 @@
 //! assert_eq!(s.total_len(), 3 * 4 + 1 * 2);
 //! # Ok::<(), tessera_blocks::Error>(())
 //! ```
+//!
+//! # Charges, coupled sectors, sector indices
+//!
+//! "Sector" names three different things in this workspace (a rename would touch several
+//! hundred uses in every crate; new items say *charge* for the first meaning):
+//!
+//! 1. **A charge**, or sector label: a value of a [`Sector`] type (`U1(1)`,
+//!    `FermionParity::ODD`). A leg is a list of `(charge, dimension)` [`Segment`]s (its
+//!    field is `Segment::sector`), and a block is named by one charge per leg:
+//!    [`BlockStructure::block_of`], [`BlockStructure::block_id_by_sectors`],
+//!    [`AsyncArray::block_by_sectors`].
+//! 2. **A coupled sector**: every block whose codomain charges fuse to one charge `c`,
+//!    stored as one matrix (rows: the codomain charge tuples fusing to `c`, columns: the
+//!    domain tuples) in one region of the allocation: [`CoupledSector`] (its charge is
+//!    [`CoupledSector::sector`]), [`BlockStructure::sectors`]; the coalesced views, the
+//!    per-sector factorizations and the "sector GEMMs" of a contraction plan work on these.
+//! 3. **A sector index**: a position, either into [`BlockStructure::sectors`] (what
+//!    `Coalesce::sector(c: usize)` and `tessera_coalesce::Error::UnknownSector` take and
+//!    [`BlockStructure::sector_index`] returns) or into a leg's segments (a bond segment of
+//!    an SVD's singular values). Find positions from charges with
+//!    [`BlockStructure::sector_of`] and [`Leg::segment_of`] (and `Coalesce::sector_by_charge`,
+//!    `SingularValues::values_of` in `tessera-coalesce`), never by counting.
 
 #![deny(missing_docs)]
 
@@ -35,6 +57,7 @@ mod convert;
 pub mod device;
 mod error;
 pub mod leg;
+mod lookup;
 mod ops;
 pub mod sector;
 pub mod structure;

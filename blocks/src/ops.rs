@@ -2,7 +2,9 @@
 //!
 //! Owns: [`Blocks`] (which blocks an operation touches) and the operations: scale, axpy,
 //! add, conj, copy, norm, inner product, leg permutation with a new codomain/domain split
-//! (with fermionic signs) and adjoint. Invariants:
+//! (with fermionic signs) and adjoint. Every operation works on the whole tensor by
+//! default (`a.scale(0.5)`, `a.norm()`); its `_blocks` variant (`a.scale_blocks(0.5,
+//! Blocks::Only(&ids))`) works on a selection. Invariants:
 //!
 //! - Every operation checks its operands (structures, block ids, aliasing) before it enrolls
 //!   anything: an error means nothing was enrolled and nothing was written.
@@ -34,7 +36,8 @@ use tessera_core::{
     schedule_sequential_named,
 };
 
-/// The blocks an operation touches.
+/// The blocks an operation's `_blocks` variant touches (the plain operation touches every
+/// block: `a.scale(x)` is `a.scale_blocks(x, Blocks::All)`).
 #[derive(Clone, Copy, Debug)]
 pub enum Blocks<'a> {
     /// Every block.
@@ -385,8 +388,19 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         }
     }
 
+    /// `self <- alpha * self`. Enrolled here; nothing to check, so nothing to report (a
+    /// poisoned block stays poisoned).
+    pub fn scale(&self, alpha: T) {
+        self.scale_blocks(alpha, Blocks::All)
+            .expect("scaling every block has nothing to check")
+    }
+
     /// `self <- alpha * self` on the selected blocks.
-    pub fn scale(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownBlock`]; nothing is enrolled on error.
+    pub fn scale_blocks(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
         let ids = blocks.resolve(self.num_blocks())?;
         let threads = tessera_core::Runtime::current().threads();
         for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
@@ -402,13 +416,22 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         Ok(())
     }
 
-    /// `self <- alpha * x + self` on the selected blocks.
+    /// `self <- alpha * x + self`.
     ///
     /// # Errors
     ///
     /// [`Error::StructureMismatch`] unless `x` has the same structure;
     /// [`Error::AliasedOperands`] when `x` is `self`.
-    pub fn axpy(&self, alpha: T, x: &Self, blocks: Blocks<'_>) -> Result<(), Error> {
+    pub fn axpy(&self, alpha: T, x: &Self) -> Result<(), Error> {
+        self.axpy_blocks(alpha, x, Blocks::All)
+    }
+
+    /// `self <- alpha * x + self` on the selected blocks.
+    ///
+    /// # Errors
+    ///
+    /// As [`axpy`](Self::axpy), and [`Error::UnknownBlock`].
+    pub fn axpy_blocks(&self, alpha: T, x: &Self, blocks: Blocks<'_>) -> Result<(), Error> {
         self.check_same_structure(x)?;
         if self.same_storage(x) {
             return Err(Error::AliasedOperands { operation: "axpy" });
@@ -479,12 +502,37 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     }
 
     /// `self + other` into a new array.
-    pub fn add(&self, other: &Self, blocks: Blocks<'_>) -> Result<Self, Error> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StructureMismatch`] unless `other` has the same structure.
+    pub fn add(&self, other: &Self) -> Result<Self, Error> {
+        self.add_blocks(other, Blocks::All)
+    }
+
+    /// `self + other` on the selected blocks into a new array (the others zero).
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add), and [`Error::UnknownBlock`].
+    pub fn add_blocks(&self, other: &Self, blocks: Blocks<'_>) -> Result<Self, Error> {
         self.combine(T::ONE, false, Some((T::ONE, other)), blocks)
     }
 
-    /// The elementwise complex conjugate, into a new array with the same structure.
-    pub fn conj(&self, blocks: Blocks<'_>) -> Result<Self, Error> {
+    /// The elementwise complex conjugate, into a new array with the same structure (the
+    /// values themselves for real types).
+    pub fn conj(&self) -> Self {
+        self.conj_blocks(Blocks::All)
+            .expect("a conjugate of every block cannot fail its checks")
+    }
+
+    /// The elementwise complex conjugate of the selected blocks, into a new array with the
+    /// same structure (the other blocks zero).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownBlock`].
+    pub fn conj_blocks(&self, blocks: Blocks<'_>) -> Result<Self, Error> {
         self.combine(T::ONE, true, None, blocks)
     }
 
@@ -494,12 +542,21 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             .expect("a copy of every block cannot fail its checks")
     }
 
-    /// `self <- src` on the selected blocks.
+    /// `self <- src`.
     ///
     /// # Errors
     ///
     /// [`Error::StructureMismatch`], or [`Error::AliasedOperands`] when `src` is `self`.
-    pub fn copy_from(&self, src: &Self, blocks: Blocks<'_>) -> Result<(), Error> {
+    pub fn copy_from(&self, src: &Self) -> Result<(), Error> {
+        self.copy_from_blocks(src, Blocks::All)
+    }
+
+    /// `self <- src` on the selected blocks.
+    ///
+    /// # Errors
+    ///
+    /// As [`copy_from`](Self::copy_from), and [`Error::UnknownBlock`].
+    pub fn copy_from_blocks(&self, src: &Self, blocks: Blocks<'_>) -> Result<(), Error> {
         self.check_same_structure(src)?;
         if self.same_storage(src) {
             return Err(Error::AliasedOperands {
@@ -545,8 +602,19 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         Ok(out)
     }
 
+    /// The Frobenius norm, computed by scheduled tasks: a value the host reads with
+    /// `get` (`a.norm().get()?`).
+    pub fn norm(&self) -> Async<T::Real> {
+        self.norm_blocks(Blocks::All)
+            .expect("the norm of every block has nothing to check")
+    }
+
     /// The Frobenius norm of the selected blocks, computed by scheduled tasks.
-    pub fn norm(&self, blocks: Blocks<'_>) -> Result<Async<T::Real>, Error> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownBlock`]; nothing is enrolled on error.
+    pub fn norm_blocks(&self, blocks: Blocks<'_>) -> Result<Async<T::Real>, Error> {
         let ids = blocks.resolve(self.num_blocks())?;
         let threads = tessera_core::Runtime::current().threads();
         let mut parts = Vec::new();
@@ -566,8 +634,21 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         Self::reduce(parts, T::sqrt_real)
     }
 
+    /// The inner product `<self, other> = sum(conj(self) * other)`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StructureMismatch`] unless `other` has the same structure.
+    pub fn inner(&self, other: &Self) -> Result<Async<T>, Error> {
+        self.inner_blocks(other, Blocks::All)
+    }
+
     /// The inner product `<self, other> = sum(conj(self) * other)` over the selected blocks.
-    pub fn inner(&self, other: &Self, blocks: Blocks<'_>) -> Result<Async<T>, Error> {
+    ///
+    /// # Errors
+    ///
+    /// As [`inner`](Self::inner), and [`Error::UnknownBlock`].
+    pub fn inner_blocks(&self, other: &Self, blocks: Blocks<'_>) -> Result<Async<T>, Error> {
         self.check_same_structure(other)?;
         let ids = blocks.resolve(self.num_blocks())?;
         let threads = tessera_core::Runtime::current().threads();
@@ -593,11 +674,26 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
 
     /// The tensor with its legs reordered (new leg `k` is old leg `perm[k]`) and split anew
     /// into `n_codomain` codomain legs. For fermionic sectors each block carries the sign of
-    /// the odd legs the permutation crosses. Blocks outside the selection are zero.
+    /// the odd legs the permutation crosses.
     ///
     /// The plan (the re-indexing and one copy per block) is kept by the structure
     /// ([`BlockStructure::permutation`]), so repeating a permutation plans nothing.
-    pub fn permute(
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPermutation`] when `perm` is not a permutation of the legs or
+    /// `n_codomain` exceeds their number.
+    pub fn permute(&self, perm: &[usize], n_codomain: usize) -> Result<Self, Error> {
+        self.permute_blocks(perm, n_codomain, Blocks::All)
+    }
+
+    /// [`permute`](Self::permute) of the selected blocks; the other blocks of the result are
+    /// zero.
+    ///
+    /// # Errors
+    ///
+    /// As [`permute`](Self::permute), and [`Error::UnknownBlock`].
+    pub fn permute_blocks(
         &self,
         perm: &[usize],
         n_codomain: usize,
@@ -606,7 +702,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let permuted = self.structure().permutation(perm, n_codomain)?;
         blocks.resolve(self.num_blocks())?;
         let out = Self::output(permuted.structure.clone(), matches!(blocks, Blocks::All))?;
-        self.permute_into_with(&permuted, perm, &out, blocks)?;
+        self.permute_into_with_blocks(&permuted, perm, &out, blocks)?;
         Ok(out)
     }
 
@@ -617,7 +713,17 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ///
     /// [`Error::StructureMismatch`] when `out` does not have the permuted structure,
     /// [`Error::AliasedOperands`] when `out` is `self`.
-    pub fn permute_into(
+    pub fn permute_into(&self, perm: &[usize], n_codomain: usize, out: &Self) -> Result<(), Error> {
+        self.permute_into_blocks(perm, n_codomain, out, Blocks::All)
+    }
+
+    /// [`permute_into`](Self::permute_into) of the selected blocks (the other blocks of
+    /// `out` are left as they are).
+    ///
+    /// # Errors
+    ///
+    /// As [`permute_into`](Self::permute_into), and [`Error::UnknownBlock`].
+    pub fn permute_into_blocks(
         &self,
         perm: &[usize],
         n_codomain: usize,
@@ -625,7 +731,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         blocks: Blocks<'_>,
     ) -> Result<(), Error> {
         let permuted = self.structure().permutation(perm, n_codomain)?;
-        self.permute_into_with(&permuted, perm, out, blocks)
+        self.permute_into_with_blocks(&permuted, perm, out, blocks)
     }
 
     /// Like [`permute_into`](AsyncArray::permute_into), with the re-indexing already computed
@@ -638,6 +744,20 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// `perm` and this array's block count, [`Error::StructureMismatch`] when this array's
     /// structure is not the one it was computed from.
     pub fn permute_into_with(
+        &self,
+        permuted: &Permuted<S>,
+        perm: &[usize],
+        out: &Self,
+    ) -> Result<(), Error> {
+        self.permute_into_with_blocks(permuted, perm, out, Blocks::All)
+    }
+
+    /// [`permute_into_with`](Self::permute_into_with) of the selected blocks.
+    ///
+    /// # Errors
+    ///
+    /// As [`permute_into_with`](Self::permute_into_with), and [`Error::UnknownBlock`].
+    pub fn permute_into_with_blocks(
         &self,
         permuted: &Permuted<S>,
         perm: &[usize],
@@ -661,7 +781,21 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
 
     /// The adjoint: codomain and domain swapped, legs dualled, elements conjugated (each
     /// block's matrix is conjugate-transposed). Fermionic twists are not applied.
-    pub fn adjoint(&self, blocks: Blocks<'_>) -> Result<Self, Error> {
+    ///
+    /// # Errors
+    ///
+    /// The adjoint structure's errors (an overflowing size).
+    pub fn adjoint(&self) -> Result<Self, Error> {
+        self.adjoint_blocks(Blocks::All)
+    }
+
+    /// The [`adjoint`](Self::adjoint) of the selected blocks (the other blocks of the result
+    /// are zero).
+    ///
+    /// # Errors
+    ///
+    /// As [`adjoint`](Self::adjoint), and [`Error::UnknownBlock`].
+    pub fn adjoint_blocks(&self, blocks: Blocks<'_>) -> Result<Self, Error> {
         let remapped = self.structure().adjoint()?;
         let (n, nc) = (self.structure().num_legs(), self.structure().n_codomain());
         let perm: Vec<usize> = (nc..n).chain(0..nc).collect();
@@ -937,10 +1071,10 @@ mod tests {
             );
             let alpha: T = random_scalar(&mut rng);
             // Elementwise operations.
-            let z = x.add(&y, Blocks::All).unwrap();
-            let zc = x.conj(Blocks::All).unwrap();
-            y.axpy(alpha, &x, Blocks::All).unwrap();
-            x.scale(alpha, Blocks::All).unwrap();
+            let z = x.add(&y).unwrap();
+            let zc = x.conj();
+            y.axpy(alpha, &x).unwrap();
+            x.scale(alpha);
             let scaled: Vec<T> = xd.iter().map(|&v| alpha * v).collect();
             close(&x.to_dense().unwrap(), &scaled, &what("scale"));
             let axpy: Vec<T> = xd.iter().zip(&yd).map(|(&a, &b)| alpha * a + b).collect();
@@ -955,7 +1089,7 @@ mod tests {
             // Reductions, on the updated values.
             let (xd2, yd2) = (x.to_dense().unwrap(), y.to_dense().unwrap());
             let norm: f64 = xd2.iter().map(|v| v.abs2().into()).sum::<f64>().sqrt();
-            let got: f64 = x.norm(Blocks::All).unwrap().get().unwrap().into();
+            let got: f64 = x.norm().get().unwrap().into();
             assert!(
                 (got - norm).abs() <= 1e-12 * (1.0 + norm),
                 "{}",
@@ -966,7 +1100,7 @@ mod tests {
                 .zip(&yd2)
                 .fold(T::ZERO, |acc, (&a, &b)| acc + a.conj() * b);
             close(
-                &[x.inner(&y, Blocks::All).unwrap().get().unwrap()],
+                &[x.inner(&y).unwrap().get().unwrap()],
                 &[inner],
                 &what("inner"),
             );
@@ -974,7 +1108,7 @@ mod tests {
             let n = s.num_legs();
             let perm = random_perm(&mut rng, n);
             let nc = rng.gen_range(0..=n);
-            let p = x.permute(&perm, nc, Blocks::All).unwrap();
+            let p = x.permute(&perm, nc).unwrap();
             close(
                 &p.to_dense().unwrap(),
                 &dense_permute(&s, &xd2, &perm),
@@ -984,14 +1118,14 @@ mod tests {
                 .map(|k| perm.iter().position(|&q| q == k).unwrap())
                 .collect();
             close(
-                &p.permute(&back, s.n_codomain(), Blocks::All)
+                &p.permute(&back, s.n_codomain())
                     .unwrap()
                     .to_dense()
                     .unwrap(),
                 &xd2,
                 &what("permute back"),
             );
-            let adj = x.adjoint(Blocks::All).unwrap();
+            let adj = x.adjoint().unwrap();
             let nd = n - s.n_codomain();
             let adj_perm: Vec<usize> = (s.n_codomain()..n).chain(0..s.n_codomain()).collect();
             let old = dims(&s);
@@ -1009,7 +1143,7 @@ mod tests {
                 let chosen: Vec<usize> =
                     (0..s.num_blocks()).filter(|_| rng.gen_bool(0.5)).collect();
                 let before = x.to_blocks().unwrap();
-                x.scale(alpha, Blocks::Only(&chosen)).unwrap();
+                x.scale_blocks(alpha, Blocks::Only(&chosen)).unwrap();
                 for (i, (b, a)) in before.iter().zip(x.to_blocks().unwrap()).enumerate() {
                     let want: Vec<T> = if chosen.contains(&i) {
                         b.iter().map(|&v| alpha * v).collect()
@@ -1018,7 +1152,12 @@ mod tests {
                     };
                     close(&a, &want, &what("scale on a subset"));
                 }
-                let part: f64 = x.norm(Blocks::Only(&chosen)).unwrap().get().unwrap().into();
+                let part: f64 = x
+                    .norm_blocks(Blocks::Only(&chosen))
+                    .unwrap()
+                    .get()
+                    .unwrap()
+                    .into();
                 let blocks = x.to_blocks().unwrap();
                 let want: f64 = chosen
                     .iter()
@@ -1057,15 +1196,13 @@ mod tests {
             let x = AsyncArray::<Complex<f32>, S>::random(Arc::clone(&s), rng.r#gen());
             let y = AsyncArray::<f32, S>::random(Arc::clone(&s), rng.r#gen());
             let xd = x.to_dense().unwrap();
-            x.scale(Complex::new(0.5, -1.0), Blocks::All).unwrap();
+            x.scale(Complex::new(0.5, -1.0));
             for (a, b) in x.to_dense().unwrap().iter().zip(&xd) {
                 assert!((a - Complex::new(0.5, -1.0) * b).norm() <= 1e-5);
             }
             let yd = y.to_dense().unwrap();
             let want = yd.iter().map(|v| v * v).sum::<f32>().sqrt();
-            assert!(
-                (y.norm(Blocks::All).unwrap().get().unwrap() - want).abs() <= 1e-4 * (1.0 + want)
-            );
+            assert!((y.norm().get().unwrap() - want).abs() <= 1e-4 * (1.0 + want));
         }
     }
 
@@ -1115,12 +1252,12 @@ mod tests {
             let n = s.num_legs();
             let perm = random_perm(&mut rng, n);
             let nc = rng.gen_range(0..=n);
-            let p = x.permute(&perm, nc, Blocks::All).unwrap();
+            let p = x.permute(&perm, nc).unwrap();
             let want = dense_permute(&s, &xd, &perm);
             close(&p.to_dense().unwrap(), &want, &what("permute"));
             // A subset: the chosen blocks move, the others of the result are zero.
             let chosen: Vec<usize> = (0..s.num_blocks()).filter(|_| rng.gen_bool(0.5)).collect();
-            let q = x.permute(&perm, nc, Blocks::Only(&chosen)).unwrap();
+            let q = x.permute_blocks(&perm, nc, Blocks::Only(&chosen)).unwrap();
             let planned = s.permuted(&perm, nc).unwrap();
             let got = q.to_blocks().unwrap();
             let full = p.to_blocks().unwrap();
@@ -1136,7 +1273,7 @@ mod tests {
                     );
                 }
             }
-            let adj = x.adjoint(Blocks::All).unwrap();
+            let adj = x.adjoint().unwrap();
             let nc0 = s.n_codomain();
             let adj_perm: Vec<usize> = (nc0..n).chain(0..nc0).collect();
             let old = dims(&s);
@@ -1169,14 +1306,13 @@ mod tests {
             let nc = rng.gen_range(0..=n);
             let planned = s.permuted(&perm, nc).unwrap();
             let target = AsyncArray::<f64, S>::zeros(planned.structure.clone());
-            x.permute_into(&perm, nc, &target, Blocks::All).unwrap();
+            x.permute_into(&perm, nc, &target).unwrap();
             assert!(Arc::ptr_eq(
                 &s.permutation(&perm, nc).unwrap(),
                 &s.permutation(&perm, nc).unwrap()
             ));
             let other = AsyncArray::<f64, S>::zeros(planned.structure.clone());
-            x.permute_into_with(&planned, &perm, &other, Blocks::All)
-                .unwrap();
+            x.permute_into_with(&planned, &perm, &other).unwrap();
             assert_eq!(
                 target.to_blocks().unwrap(),
                 other.to_blocks().unwrap(),
@@ -1210,7 +1346,7 @@ mod tests {
                 let before = wrong.to_blocks().unwrap();
                 assert!(
                     matches!(
-                        x.permute_into(&perm, nc, &wrong, Blocks::All),
+                        x.permute_into(&perm, nc, &wrong),
                         Err(Error::StructureMismatch { .. })
                     ),
                     "{}",
@@ -1272,7 +1408,7 @@ mod tests {
                 let x = AsyncArray::<Complex<f64>, U1>::random(Arc::clone(&s), 17);
                 let dense = x.to_dense().unwrap();
                 for (perm, nc) in [([2, 3, 0, 1], 2), ([1, 3, 0, 2], 1), ([0, 2, 1, 3], 3)] {
-                    let got = x.permute(&perm, nc, Blocks::All).unwrap();
+                    let got = x.permute(&perm, nc).unwrap();
                     assert_eq!(
                         got.to_dense().unwrap(),
                         dense_permute(&s, &dense, &perm),
@@ -1308,13 +1444,11 @@ mod tests {
                 .unwrap();
         for source in [&x, &x, &twin] {
             let got = AsyncArray::<Complex<f64>, U1>::zeros(planned.structure.clone());
-            source
-                .permute_into_with(&planned, &[1, 0], &got, Blocks::All)
-                .unwrap();
+            source.permute_into_with(&planned, &[1, 0], &got).unwrap();
             assert_eq!(got.to_dense().unwrap(), dense);
         }
         let some = AsyncArray::<Complex<f64>, U1>::zeros(planned.structure.clone());
-        x.permute_into_with(&planned, &[1, 0], &some, Blocks::Only(&[2]))
+        x.permute_into_with_blocks(&planned, &[1, 0], &some, Blocks::Only(&[2]))
             .unwrap();
         let (got, all) = (some.to_blocks().unwrap(), want.to_blocks().unwrap());
         let j = planned.block_map[2];
@@ -1335,7 +1469,7 @@ mod tests {
         use crate::U1;
         let s = u1_structure(0);
         let x = AsyncArray::<f64, U1>::random(Arc::clone(&s), 9);
-        let y = x.permute(&[1, 0], 1, Blocks::All).unwrap();
+        let y = x.permute(&[1, 0], 1).unwrap();
         let first = s.permutation(&[1, 0], 1).unwrap();
         assert!(Arc::ptr_eq(&first, &s.permutation(&[1, 0], 1).unwrap()));
         assert!(!Arc::ptr_eq(&first, &s.permutation(&[1, 0], 2).unwrap()));
@@ -1378,33 +1512,55 @@ mod tests {
         let other = AsyncArray::<f64, U1>::random(u1_structure(1), 3);
         let (xd, yd) = (x.to_dense().unwrap(), y.to_dense().unwrap());
         assert!(matches!(
-            y.axpy(2.0, &other, Blocks::All),
+            y.axpy(2.0, &other),
             Err(Error::StructureMismatch { .. })
         ));
         assert!(matches!(
-            y.copy_from(&other, Blocks::All),
+            y.copy_from(&other),
             Err(Error::StructureMismatch { .. })
         ));
         assert!(matches!(
-            y.add(&other, Blocks::All),
+            y.add(&other),
             Err(Error::StructureMismatch { .. })
         ));
         assert!(matches!(
-            y.inner(&other, Blocks::All),
+            y.inner(&other),
             Err(Error::StructureMismatch { .. })
         ));
         assert_eq!(
-            y.axpy(2.0, &y, Blocks::All),
+            y.axpy(2.0, &y),
             Err(Error::AliasedOperands { operation: "axpy" })
         );
         assert_eq!(
-            x.scale(5.0, Blocks::Only(&[0, 99])),
+            x.scale_blocks(5.0, Blocks::Only(&[0, 99])),
             Err(Error::UnknownBlock {
                 block: 99,
                 blocks: 3
             }),
             "a bad id anywhere in the selection refuses the whole operation"
         );
+        // Every `_blocks` variant refuses a bad selection the same way, before it enrolls.
+        let bad = Blocks::Only(&[1, 7]);
+        let unknown = Error::UnknownBlock {
+            block: 7,
+            blocks: 3,
+        };
+        let z = AsyncArray::<f64, U1>::zeros(Arc::clone(x.structure()));
+        assert_eq!(z.axpy_blocks(1.0, &x, bad), Err(unknown.clone()));
+        assert_eq!(z.copy_from_blocks(&x, bad), Err(unknown.clone()));
+        assert_eq!(x.add_blocks(&y, bad).unwrap_err(), unknown);
+        assert_eq!(x.conj_blocks(bad).unwrap_err(), unknown);
+        assert_eq!(x.norm_blocks(bad).unwrap_err(), unknown);
+        assert_eq!(x.inner_blocks(&y, bad).unwrap_err(), unknown);
+        assert_eq!(x.permute_blocks(&[1, 0], 1, bad).unwrap_err(), unknown);
+        assert_eq!(x.adjoint_blocks(bad).unwrap_err(), unknown);
+        let zp = AsyncArray::<f64, U1>::zeros(s.permuted(&[1, 0], 1).unwrap().structure);
+        assert_eq!(
+            x.permute_into_blocks(&[1, 0], 1, &zp, bad),
+            Err(unknown.clone())
+        );
+        assert!(z.to_dense().unwrap().iter().all(|&v| v == 0.0));
+        assert!(zp.to_dense().unwrap().iter().all(|&v| v == 0.0));
         assert_eq!(
             x.block(3).unwrap_err(),
             Error::UnknownBlock {
@@ -1417,15 +1573,15 @@ mod tests {
             Err(Error::NoSuchBlock { .. })
         ));
         assert!(matches!(
-            x.permute(&[0, 0], 1, Blocks::All),
+            x.permute(&[0, 0], 1),
             Err(Error::InvalidPermutation { .. })
         ));
         assert!(matches!(
-            x.permute_into(&[1, 0], 1, &other, Blocks::All),
+            x.permute_into(&[1, 0], 1, &other),
             Err(Error::StructureMismatch { .. })
         ));
         assert_eq!(
-            x.permute_into(&[0, 1], 1, &x, Blocks::All),
+            x.permute_into(&[0, 1], 1, &x),
             Err(Error::AliasedOperands {
                 operation: "permute_into"
             })
@@ -1435,7 +1591,7 @@ mod tests {
         let planned = s.permuted(&[1, 0], 1).unwrap();
         let target = AsyncArray::<f64, U1>::zeros(planned.structure.clone());
         assert_eq!(
-            x.permute_into_with(&planned, &[0, 1], &target, Blocks::All),
+            x.permute_into_with(&planned, &[0, 1], &target),
             Err(Error::InvalidPermutation {
                 legs: 2,
                 given: vec![0, 1]
@@ -1447,7 +1603,7 @@ mod tests {
         let foreign = wider.permuted(&[1, 0], 1).unwrap();
         let foreign_target = AsyncArray::<f64, U1>::zeros(foreign.structure.clone());
         assert!(matches!(
-            x.permute_into_with(&foreign, &[1, 0], &foreign_target, Blocks::All),
+            x.permute_into_with(&foreign, &[1, 0], &foreign_target),
             Err(Error::StructureMismatch { .. })
         ));
         assert!(target.to_dense().unwrap().iter().all(|&v| v == 0.0));
@@ -1688,21 +1844,21 @@ mod span_tests {
         };
         let picked = |i: usize| ids.contains(&i);
         let z = x.duplicate();
-        z.axpy(-2.0, y, only).unwrap();
-        z.scale(0.5, only).unwrap();
+        z.axpy_blocks(-2.0, y, only).unwrap();
+        z.scale_blocks(0.5, only).unwrap();
         each(&z.to_blocks().unwrap(), &|i, a, b| {
             if picked(i) { 0.5 * (a - 2.0 * b) } else { a }
         });
-        let sum = x.add(y, only).unwrap().to_blocks().unwrap();
+        let sum = x.add_blocks(y, only).unwrap().to_blocks().unwrap();
         each(&sum, &|i, a, b| if picked(i) { a + b } else { 0.0 });
-        z.copy_from(y, only).unwrap();
+        z.copy_from_blocks(y, only).unwrap();
         each(&z.to_blocks().unwrap(), &|i, a, b| {
             if picked(i) { b } else { a }
         });
         let sq = |i: &usize| bx[*i].iter().map(|a| a * a).sum::<f64>();
         let dot = |i: &usize| bx[*i].iter().zip(&by[*i]).map(|(a, b)| a * b).sum::<f64>();
-        let norm = x.norm(only).unwrap().get().unwrap();
-        let inner = x.inner(y, only).unwrap().get().unwrap();
+        let norm = x.norm_blocks(only).unwrap().get().unwrap();
+        let inner = x.inner_blocks(y, only).unwrap().get().unwrap();
         assert!(close(norm, ids.iter().map(sq).sum::<f64>().sqrt()));
         assert!(close(inner, ids.iter().map(dot).sum()));
         (norm, inner)
@@ -1713,28 +1869,28 @@ mod span_tests {
         let (dx, dy) = (x.to_dense().unwrap(), y.to_dense().unwrap());
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * (1.0 + b.abs());
         let dot: f64 = dx.iter().zip(&dy).map(|(a, b)| a * b).sum();
-        let inner = x.inner(y, Blocks::All).unwrap().get().unwrap();
+        let inner = x.inner(y).unwrap().get().unwrap();
         assert!(close(inner, dot));
         let nrm = dx.iter().map(|a| a * a).sum::<f64>().sqrt();
-        let norm = x.norm(Blocks::All).unwrap().get().unwrap();
+        let norm = x.norm().get().unwrap();
         assert!(close(norm, nrm));
-        assert_eq!(x.conj(Blocks::All).unwrap().to_dense().unwrap(), dx);
-        let sum = x.add(y, Blocks::All).unwrap().to_dense().unwrap();
+        assert_eq!(x.conj().to_dense().unwrap(), dx);
+        let sum = x.add(y).unwrap().to_dense().unwrap();
         assert!(
             sum.iter()
                 .zip(dx.iter().zip(&dy))
                 .all(|(s, (a, b))| close(*s, a + b))
         );
         let z = x.duplicate();
-        z.axpy(-2.0, y, Blocks::All).unwrap();
-        z.scale(0.5, Blocks::All).unwrap();
+        z.axpy(-2.0, y).unwrap();
+        z.scale(0.5);
         let got = z.to_dense().unwrap();
         assert!(
             got.iter()
                 .zip(dx.iter().zip(&dy))
                 .all(|(g, (a, b))| close(*g, 0.5 * (a - 2.0 * b)))
         );
-        z.copy_from(y, Blocks::All).unwrap();
+        z.copy_from(y).unwrap();
         assert_eq!(z.to_dense().unwrap(), dy);
         (norm, inner)
     }

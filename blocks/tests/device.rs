@@ -65,10 +65,10 @@ fn device_arrays_match_host_arrays() {
             for blocks in [Blocks::All, Blocks::Only(&some)] {
                 let (x, y) = (a.duplicate(), b.duplicate());
                 let (dx, dy) = (x.to_device(&dev).unwrap(), y.to_device(&dev).unwrap());
-                y.axpy(0.5, &x, blocks).unwrap();
-                dy.axpy(0.5, &dx, blocks).unwrap();
-                x.scale(-1.25, blocks).unwrap();
-                dx.scale(-1.25, blocks).unwrap();
+                y.axpy_blocks(0.5, &x, blocks).unwrap();
+                dy.axpy_blocks(0.5, &dx, blocks).unwrap();
+                x.scale_blocks(-1.25, blocks).unwrap();
+                dx.scale_blocks(-1.25, blocks).unwrap();
                 close(
                     &dy.to_host().unwrap().to_dense().unwrap(),
                     &y.to_dense().unwrap(),
@@ -80,16 +80,16 @@ fn device_arrays_match_host_arrays() {
                     &what,
                 );
                 let (n, dn) = (
-                    x.norm(blocks).unwrap().get().unwrap(),
-                    dx.norm(blocks).unwrap().get().unwrap(),
+                    x.norm_blocks(blocks).unwrap().get().unwrap(),
+                    dx.norm_blocks(blocks).unwrap().get().unwrap(),
                 );
                 assert!(
                     (n - dn).abs() <= 1e-12 * (1.0 + n),
                     "{what}: norm {dn} vs {n}"
                 );
                 let (p, dp) = (
-                    x.inner(&y, blocks).unwrap().get().unwrap(),
-                    dx.inner(&dy, blocks).unwrap().get().unwrap(),
+                    x.inner_blocks(&y, blocks).unwrap().get().unwrap(),
+                    dx.inner_blocks(&dy, blocks).unwrap().get().unwrap(),
                 );
                 assert!(
                     (p - dp).abs() <= 1e-12 * (1.0 + p.abs() + n * n),
@@ -99,7 +99,7 @@ fn device_arrays_match_host_arrays() {
             if probe_nvrtc().is_ok() {
                 let perm = random_perm(&mut rng, s.num_legs());
                 let nc = rng.gen_range(0..=s.num_legs());
-                let want = a.permute(&perm, nc, Blocks::All).unwrap();
+                let want = a.permute(&perm, nc).unwrap();
                 let got = da.permute(&perm, nc).unwrap();
                 assert_eq!(got.structure(), want.structure(), "{what}");
                 assert_eq!(
@@ -131,7 +131,7 @@ fn copies_between_devices_are_ordered() {
     let a = AsyncArray::<f64, _>::random(Arc::clone(&s), 3);
     let da = a.to_device(&d0).unwrap();
     let db = da.to_device(&d1).unwrap();
-    da.scale(2.0, Blocks::All).unwrap();
+    da.scale(2.0);
     assert_eq!(
         db.to_host().unwrap().to_dense().unwrap(),
         a.to_dense().unwrap()
@@ -160,22 +160,64 @@ fn device_misuse_is_refused_and_writes_nothing() {
     let da = a.to_device(&dev).unwrap();
     let dx = DeviceArray::<f64, _>::zeros(other, &dev).unwrap();
     assert!(matches!(
-        da.axpy(1.0, &dx, Blocks::All),
+        da.axpy(1.0, &dx),
         Err(Error::StructureMismatch { .. })
     ));
     assert!(matches!(
-        da.axpy(1.0, &da, Blocks::All),
+        da.axpy(1.0, &da),
         Err(Error::AliasedOperands { .. })
     ));
     let n = s.num_blocks();
     assert_eq!(
-        da.scale(0.0, Blocks::Only(&[n])).unwrap_err(),
+        da.scale_blocks(0.0, Blocks::Only(&[n])).unwrap_err(),
         Error::UnknownBlock {
             block: n,
             blocks: n
         }
     );
     assert!(matches!(da.block(n), Err(Error::UnknownBlock { .. })));
+    // The selection variants and the permutations refuse as the host's do.
+    let unknown = Error::UnknownBlock {
+        block: n,
+        blocks: n,
+    };
+    assert_eq!(da.norm_blocks(Blocks::Only(&[n])).unwrap_err(), unknown);
+    assert_eq!(
+        da.inner_blocks(&da, Blocks::Only(&[n])).unwrap_err(),
+        unknown
+    );
+    let dy = DeviceArray::<f64, _>::zeros(Arc::clone(&s), &dev).unwrap();
+    assert_eq!(
+        dy.axpy_blocks(1.0, &da, Blocks::Only(&[n])).unwrap_err(),
+        unknown
+    );
+    if s.num_legs() > 0 {
+        let perm: Vec<usize> = (0..s.num_legs()).rev().collect();
+        assert_eq!(
+            da.permute_blocks(&perm, 0, Blocks::Only(&[n])).unwrap_err(),
+            unknown
+        );
+        assert!(matches!(
+            da.permute_into(&perm, 0, &dx),
+            Err(Error::StructureMismatch { .. })
+        ));
+    }
+    assert!(
+        dy.to_host()
+            .unwrap()
+            .to_dense()
+            .unwrap()
+            .iter()
+            .all(|&v| v == 0.0)
+    );
+    assert!(
+        dx.to_host()
+            .unwrap()
+            .to_dense()
+            .unwrap()
+            .iter()
+            .all(|&v| v == 0.0)
+    );
     assert_eq!(
         da.to_host().unwrap().to_dense().unwrap(),
         a.to_dense().unwrap()
@@ -195,7 +237,7 @@ fn fan_out_over_devices_gathers_every_result() {
     let a = AsyncArray::<f64, _>::random(Arc::clone(&s), 5);
     let on: Vec<DeviceArray<f64, _>> = devices.iter().map(|d| a.to_device(d).unwrap()).collect();
     for (k, x) in on.iter().enumerate() {
-        x.scale(k as f64 + 1.0, Blocks::All).unwrap();
+        x.scale(k as f64 + 1.0);
     }
     let want = a.to_dense().unwrap();
     for (k, x) in on.iter().enumerate() {

@@ -46,6 +46,12 @@ impl<R: Scalar, S: AbelianSector> SingularValues<R, S> {
         self.values.get(i).map(Vec::as_slice)
     }
 
+    /// The kept values of the bond segment of coupled charge `charge` (non-increasing), or
+    /// `None` when no value of that charge is kept.
+    pub fn values_of(&self, charge: &S) -> Option<&[R]> {
+        self.values(self.leg.segment_of(charge)?)
+    }
+
     /// Every segment's coupled sector with its kept values.
     pub fn iter(&self) -> impl Iterator<Item = (&S, &[R])> {
         self.leg

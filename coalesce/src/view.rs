@@ -44,6 +44,28 @@ pub trait Coalesce<T: Scalar> {
     /// sector whose blocks do not form one matrix (a masked structure).
     fn sector(&self, c: usize) -> Result<SectorAlias<T>, Error>;
 
+    /// The coalesced view of the coupled sector whose codomain charges fuse to `charge`: as
+    /// [`sector`](Coalesce::sector), looked up by the charge instead of the position.
+    ///
+    /// ```
+    /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+    /// use tessera_coalesce::Coalesce;
+    ///
+    /// let row = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)])?;
+    /// let s = BlockStructure::new([row.clone()], [row.dual()], U1(0))?;
+    /// let a = AsyncArray::<f64, U1>::random(s, 1);
+    /// let m = a.sector_by_charge(&U1(1))?; // the 3 x 3 matrix of charge 1
+    /// assert_eq!(m.with(|m| m.nrows())?, 3);
+    /// assert!(a.sector_by_charge(&U1(2)).is_err()); // says which charges exist
+    /// # Ok::<(), tessera_coalesce::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`tessera_blocks::Error::NoSectorWithCharge`] (as [`Error::Blocks`]) when no coupled
+    /// sector has that charge; otherwise as [`sector`](Coalesce::sector).
+    fn sector_by_charge(&self, charge: &Self::Sector) -> Result<SectorAlias<T>, Error>;
+
     /// The coalesced view of several coupled sectors at once (indices into
     /// `structure().sectors()`; a repeated one is listed twice): one alias whose region lists their matrices
     /// and whose hazard set is the composite of all their blocks' records. A batch of small
@@ -131,6 +153,10 @@ impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
         // (the structure's layout), and `hazards` holds every one of their records; no other
         // block shares an element with them.
         Ok(unsafe { Alias::from_parts(region, hazards) })
+    }
+
+    fn sector_by_charge(&self, charge: &S) -> Result<SectorAlias<T>, Error> {
+        self.sector(self.structure().sector_of(charge)?)
     }
 
     fn sectors(&self, cs: &[usize]) -> Result<SectorsAlias<T>, Error> {

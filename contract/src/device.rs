@@ -32,7 +32,7 @@ use tessera_backends::cuda::{
     StridedBatch, probe_grouped,
 };
 use tessera_blocks::device::enqueue;
-use tessera_blocks::{AbelianSector, BlockStructure, Blocks, DeviceArray};
+use tessera_blocks::{AbelianSector, BlockStructure, DeviceArray};
 use tessera_core::{Domain, schedule_eager_named};
 
 /// One cuBLAS GEMM of a lowered plan: `C <- alpha A B + beta C` on matrices of `A'`, `B'`
@@ -345,7 +345,7 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
         };
         for (which, x, tmp) in [(0, a, &a_tmp), (1, b, &b_tmp)] {
             if let (Some((perm, permuted)), Some(tmp)) = (&plan.operands[which].permute, tmp) {
-                x.permute_into_with(permuted, perm, tmp, Blocks::All)?;
+                x.permute_into_with(permuted, perm, tmp)?;
             }
         }
         let am = a_tmp.as_ref().unwrap_or(a);
@@ -440,13 +440,13 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
         })?;
         if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
             match &moved {
-                None => product.permute_into_with(permuted, perm, c, Blocks::All)?,
+                None => product.permute_into_with(permuted, perm, c)?,
                 Some(moved) => {
-                    product.permute_into_with(permuted, perm, moved, Blocks::All)?;
+                    product.permute_into_with(permuted, perm, moved)?;
                     if beta != T::ONE {
-                        c.scale(beta, Blocks::All)?;
+                        c.scale(beta);
                     }
-                    c.axpy(T::ONE, moved, Blocks::All)?;
+                    c.axpy(T::ONE, moved)?;
                 }
             }
         }
@@ -663,7 +663,7 @@ mod tests {
                 let a = AsyncArray::<f64, S>::random(sa, rng.r#gen());
                 let b = AsyncArray::<f64, S>::random(sb, rng.r#gen());
                 let plan = mm.plan(&a, &b).unwrap();
-                let want = mm.apply(1.5, &a, &b).unwrap().to_dense().unwrap();
+                let want = mm.apply_scaled(1.5, &a, &b).unwrap().to_dense().unwrap();
                 let am = crate::execute::matrix_form(&plan, 0, &a).unwrap();
                 let bm = crate::execute::matrix_form(&plan, 1, &b).unwrap();
                 let (am, bm) = (am.as_ref().unwrap_or(&a), bm.as_ref().unwrap_or(&b));
@@ -758,9 +758,7 @@ mod tests {
                     let got = match &plan.output_permute {
                         Some((perm, permuted)) => {
                             let out = AsyncArray::empty(Arc::clone(plan.output()));
-                            product
-                                .permute_into_with(permuted, perm, &out, Blocks::All)
-                                .unwrap();
+                            product.permute_into_with(permuted, perm, &out).unwrap();
                             out
                         }
                         None => product,

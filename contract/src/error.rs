@@ -87,6 +87,19 @@ pub enum Error {
         /// `"A"` or `"B"`.
         operand: &'static str,
     },
+    /// The output labels asked of a network are not exactly its open legs.
+    #[error(
+        "expected the network's open legs {expected:?} once each, in any order (a '|' at \
+         most once, to split codomain from domain), but {given:?} was given: {reason}"
+    )]
+    OutputLabels {
+        /// The open legs (labels on one tensor), in network order.
+        expected: String,
+        /// The output asked for.
+        given: String,
+        /// What is wrong (a missing, extra or repeated label, a second '|').
+        reason: String,
+    },
     /// A network was given the wrong number of specs or tensors.
     #[error("a network of {given} tensors: {reason}")]
     Network {

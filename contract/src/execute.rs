@@ -38,7 +38,7 @@ use tessera_core::{Alias, Runtime, schedule_named};
 /// let a = AsyncArray::<f64, U1>::random(s.clone(), 1);
 /// let b = AsyncArray::<f64, U1>::random(s, 2);
 /// // C_ac = A_ab B_bc: the contracted leg b is A's domain leg and B's codomain leg.
-/// let c = Contraction::new("ab,bc->ac")?.apply(1.0, &a, &b)?;
+/// let c = Contraction::new("ab,bc->ac")?.apply(&a, &b)?;
 /// let (da, db, dc) = (a.to_dense()?, b.to_dense()?, c.to_dense()?);
 /// let want: f64 = (0..5).map(|k| da[1 + 5 * k] * db[k + 5 * 3]).sum();
 /// assert!((dc[1 + 5 * 3] - want).abs() < 1e-12);
@@ -107,7 +107,7 @@ impl Contraction {
         )
     }
 
-    /// `alpha op(A) op(B)` into a new array, in the operands' storage domain and run by its
+    /// `op(A) op(B)` into a new array, in the operands' storage domain and run by its
     /// backend: host arrays ([`AsyncArray`]) on the CPU, device arrays (`DeviceArray`, with
     /// the `cuda` feature) through cuBLAS on their device.
     ///
@@ -115,7 +115,17 @@ impl Contraction {
     ///
     /// As [`plan`](Contraction::plan); operands on different devices give
     /// [`tessera_blocks::Error::DeviceMismatch`]. Nothing is enrolled on error.
-    pub fn apply<A: Operand>(&self, alpha: A::Scalar, a: &A, b: &A) -> Result<A, Error> {
+    pub fn apply<A: Operand>(&self, a: &A, b: &A) -> Result<A, Error> {
+        self.apply_scaled(A::Scalar::ONE, a, b)
+    }
+
+    /// `alpha op(A) op(B)` into a new array, as [`apply`](Contraction::apply) (the scaling
+    /// is folded into the GEMMs).
+    ///
+    /// # Errors
+    ///
+    /// As [`apply`](Contraction::apply).
+    pub fn apply_scaled<A: Operand>(&self, alpha: A::Scalar, a: &A, b: &A) -> Result<A, Error> {
         let plan = self.plan(a, b)?;
         a.check_domain(b)?;
         // Written in full by the tasks (GEMM outputs, zeroed idle blocks, or the permute).
@@ -124,8 +134,8 @@ impl Contraction {
         Ok(out)
     }
 
-    /// `C <- alpha op(A) op(B) + beta C`. With `beta = 0` the old `C` is not read (NaN and
-    /// infinities in it are overwritten, as BLAS does).
+    /// `C <- op(A) op(B)`, into an existing array (so a repeated contraction reuses its
+    /// allocation). The old `C` is not read (NaN and infinities in it are overwritten).
     ///
     /// # Errors
     ///
@@ -133,7 +143,17 @@ impl Contraction {
     /// structure, [`Error::Aliased`] when it shares storage with an operand,
     /// [`tessera_blocks::Error::DeviceMismatch`] when the three are not on one device.
     /// Nothing is enrolled or written on error.
-    pub fn apply_into<A: Operand>(
+    pub fn apply_into<A: Operand>(&self, a: &A, b: &A, c: &A) -> Result<(), Error> {
+        self.apply_into_scaled(A::Scalar::ONE, a, b, A::Scalar::ZERO, c)
+    }
+
+    /// `C <- alpha op(A) op(B) + beta C` (BLAS's GEMM). With `beta = 0` the old `C` is not
+    /// read (NaN and infinities in it are overwritten, as BLAS does).
+    ///
+    /// # Errors
+    ///
+    /// As [`apply_into`](Contraction::apply_into).
+    pub fn apply_into_scaled<A: Operand>(
         &self,
         alpha: A::Scalar,
         a: &A,
@@ -172,7 +192,7 @@ pub(crate) fn matrix_form<T: Field, S: AbelianSector>(
     };
     // The permutation writes every block of the temporary.
     let tmp = AsyncArray::try_empty(Arc::clone(&op.matrix))?;
-    x.permute_into_with(permuted, perm, &tmp, Blocks::All)?;
+    x.permute_into_with(permuted, perm, &tmp)?;
     Ok(Some(tmp))
 }
 
@@ -310,18 +330,18 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
     if overwrite {
         zero_blocks(target, &plan.idle)?;
     } else if beta != T::ONE && !plan.idle.is_empty() {
-        c.scale(beta, Blocks::Only(&plan.idle))?;
+        c.scale_blocks(beta, Blocks::Only(&plan.idle))?;
     }
     if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
         if fresh || beta == T::ZERO {
-            product.permute_into_with(permuted, perm, c, Blocks::All)?;
+            product.permute_into_with(permuted, perm, c)?;
         } else {
             let moved = AsyncArray::try_empty(Arc::clone(plan.output()))?;
-            product.permute_into_with(permuted, perm, &moved, Blocks::All)?;
+            product.permute_into_with(permuted, perm, &moved)?;
             if beta != T::ONE {
-                c.scale(beta, Blocks::All)?;
+                c.scale(beta);
             }
-            c.axpy(T::ONE, &moved, Blocks::All)?;
+            c.axpy(T::ONE, &moved)?;
         }
     }
     Ok(())

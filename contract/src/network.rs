@@ -319,6 +319,92 @@ impl<S: AbelianSector> Network<S> {
         arrays: &[&AsyncArray<T, S>],
         order: &Order,
     ) -> Result<Labelled<T, S>, Error> {
+        self.contract_impl(arrays, order, None)
+    }
+
+    /// The open legs (labels on one tensor), in network order.
+    pub fn open_labels(&self) -> Vec<char> {
+        let all: Vec<char> = self.tensors.iter().flat_map(|t| t.labels.clone()).collect();
+        all.iter()
+            .filter(|c| all.iter().filter(|d| d == c).count() == 1)
+            .copied()
+            .collect()
+    }
+
+    /// Like [`contract`](Self::contract), with the result's legs in the order `output`
+    /// names them: the open labels, each once, optionally split by one `|` into codomain
+    /// and domain (`"da|c"`). Without a `|` the split is the one `contract` gives for this
+    /// order. The reordering is folded into the last step's output permutation (no extra
+    /// pass over the data), and for fermionic sectors it carries the sign of the odd legs
+    /// it crosses, as [`AsyncArray::permute`]: the result is `contract`'s, permuted.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+    /// use tessera_contract::Network;
+    ///
+    /// let v = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)])?;
+    /// let m = Arc::new(BlockStructure::new([v.clone()], [v.dual()], U1(0))?);
+    /// let net = Network::new(vec![("ab", m.clone()), ("bc", m.clone())])?;
+    /// let (a, b) = (AsyncArray::<f64, U1>::random(m.clone(), 1), AsyncArray::random(m, 2));
+    /// let order = net.optimal()?;
+    /// let ca = net.contract_to(&[&a, &b], &order, "c|a")?; // the transpose of "a|c"
+    /// let (ac, _) = net.contract(&[&a, &b], &order)?;
+    /// assert_eq!(ca.to_dense()?, ac.permute(&[1, 0], 1)?.to_dense()?);
+    /// assert!(net.contract_to(&[&a, &b], &order, "ab").is_err()); // b is contracted
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutputLabels`] when `output` is not exactly the open labels (nothing is
+    /// enrolled); otherwise as [`contract`](Self::contract).
+    pub fn contract_to<T: Field>(
+        &self,
+        arrays: &[&AsyncArray<T, S>],
+        order: &Order,
+        output: &str,
+    ) -> Result<AsyncArray<T, S>, Error> {
+        let expected = self.open_labels();
+        let bad = |reason: String| Error::OutputLabels {
+            expected: expected.iter().collect(),
+            given: output.to_string(),
+            reason,
+        };
+        let (labels, split) = match output.split_once('|') {
+            Some((cod, dom)) => {
+                if dom.contains('|') {
+                    return Err(bad("'|' is given twice".into()));
+                }
+                let cod = labels_of(cod);
+                let n = cod.len();
+                (cod.into_iter().chain(labels_of(dom)).collect(), Some(n))
+            }
+            None => (labels_of(output), None),
+        };
+        for (k, c) in labels.iter().enumerate() {
+            if labels[..k].contains(c) {
+                return Err(bad(format!("label {c:?} is given twice")));
+            }
+            if !expected.contains(c) {
+                return Err(bad(format!("label {c:?} is not an open leg")));
+            }
+        }
+        if let Some(c) = expected.iter().find(|c| !labels.contains(c)) {
+            return Err(bad(format!("open leg {c:?} is missing")));
+        }
+        let (array, _) = self.contract_impl(arrays, order, Some((labels, split)))?;
+        Ok(array)
+    }
+
+    /// [`contract`](Self::contract), with the last step's output given as labels (the open
+    /// ones, checked) and an optional codomain size.
+    fn contract_impl<T: Field>(
+        &self,
+        arrays: &[&AsyncArray<T, S>],
+        order: &Order,
+        output: Option<(Vec<char>, Option<usize>)>,
+    ) -> Result<Labelled<T, S>, Error> {
         let n = self.tensors.len();
         let bad = |reason: String| Error::Network { given: n, reason };
         if arrays.len() != n {
@@ -351,7 +437,7 @@ impl<S: AbelianSector> Network<S> {
             .map(|t| t.structure.flux().parity())
             .collect();
         let mut made: Vec<Option<Made<T, S>>> = Vec::new();
-        for &(x, y) in &order.steps {
+        for (step, &(x, y)) in order.steps.iter().enumerate() {
             let node = |i: usize, made: &[Option<Made<T, S>>]| -> (Vec<char>, Vec<usize>) {
                 if i < n {
                     (self.tensors[i].labels.clone(), vec![i])
@@ -368,6 +454,22 @@ impl<S: AbelianSector> Network<S> {
                 .copied()
                 .collect();
             out.sort_by_key(|c| origin[c]);
+            // At the last step, the result's legs as asked, and their split when one is
+            // asked (else the spec's default: `x`'s free legs form the codomain).
+            let mut out_spec: String = out.iter().collect();
+            if step + 1 == order.steps.len()
+                && let Some((labels, n_codomain)) = &output
+            {
+                out.clone_from(labels);
+                out_spec = match *n_codomain {
+                    Some(k) => format!(
+                        "{}|{}",
+                        out[..k].iter().collect::<String>(),
+                        out[k..].iter().collect::<String>()
+                    ),
+                    None => out.iter().collect(),
+                };
+            }
             // (-1) per pair of odd tensors that the step's operand order (x's, then y's)
             // puts out of network order.
             let swaps = ta
@@ -381,10 +483,9 @@ impl<S: AbelianSector> Network<S> {
                 T::ONE
             };
             let spec = format!(
-                "{},{}->{}",
+                "{},{}->{out_spec}",
                 la.iter().collect::<String>(),
                 lb.iter().collect::<String>(),
-                out.iter().collect::<String>()
             );
             let c = Contraction::new(&spec)?;
             let result = {
@@ -395,7 +496,7 @@ impl<S: AbelianSector> Network<S> {
                         &made[i - n].as_ref().expect("validated order").array
                     }
                 };
-                c.apply(alpha, get(x), get(y))?
+                c.apply_scaled(alpha, get(x), get(y))?
             };
             for i in [x, y] {
                 if i >= n {
@@ -410,9 +511,19 @@ impl<S: AbelianSector> Network<S> {
                 tensors,
             }));
         }
-        match made.pop() {
-            Some(Some(last)) => Ok((last.array, last.labels)),
-            _ => Ok((arrays[0].duplicate(), self.tensors[0].labels.clone())),
+        match (made.pop(), output) {
+            (Some(Some(last)), _) => Ok((last.array, last.labels)),
+            (_, None) => Ok((arrays[0].duplicate(), self.tensors[0].labels.clone())),
+            // One tensor: its legs permuted into the order asked for.
+            (_, Some((labels, split))) => {
+                let own = &self.tensors[0];
+                let perm: Vec<usize> = labels
+                    .iter()
+                    .map(|c| own.labels.iter().position(|d| d == c).expect("checked"))
+                    .collect();
+                let n_codomain = split.unwrap_or(own.structure.n_codomain());
+                Ok((arrays[0].permute(&perm, n_codomain)?, labels))
+            }
         }
     }
 }

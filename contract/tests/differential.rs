@@ -305,7 +305,7 @@ fn differential<T: Field, S: Kind>(seed: u64, cases: usize) {
             rng.gen_range(-2.0..2.0),
             rng.gen_range(-1.0..1.0),
         ));
-        let out = c.apply(alpha, &a, &b).unwrap();
+        let out = c.apply_scaled(alpha, &a, &b).unwrap();
         assert_eq!(out.structure(), plan.output());
         let got = out.to_dense().unwrap();
         let want = reference(&case, &da, &db, alpha, T::ZERO, &vec![T::ZERO; got.len()]);
@@ -315,15 +315,14 @@ fn differential<T: Field, S: Kind>(seed: u64, cases: usize) {
         let acc = AsyncArray::<T, S>::random(Arc::clone(plan.output()), rng.r#gen());
         let beta = [T::ZERO, T::ONE, T::from_f64(-0.75)][n % 3];
         if beta == T::ZERO {
-            acc.scale(T::from_f64(f64::NAN), tessera_blocks::Blocks::All)
-                .unwrap();
+            acc.scale(T::from_f64(f64::NAN));
         }
         let c0 = if beta == T::ZERO {
             vec![T::ZERO; got.len()]
         } else {
             acc.to_dense().unwrap()
         };
-        c.apply_into(alpha, &a, &b, beta, &acc).unwrap();
+        c.apply_into_scaled(alpha, &a, &b, beta, &acc).unwrap();
         let want = reference(&case, &da, &db, alpha, beta, &c0);
         assert_close(&acc.to_dense().unwrap(), &want, &what);
     }
@@ -396,9 +395,9 @@ fn differential_on_the_device() {
             };
             let (da, db) = (a.to_device(dev).unwrap(), b.to_device(dev).unwrap());
             let alpha = T::from_f64(rng.gen_range(-2.0..2.0));
-            let want = c.apply(alpha, &a, &b).unwrap().to_dense().unwrap();
+            let want = c.apply_scaled(alpha, &a, &b).unwrap().to_dense().unwrap();
             let got = c
-                .apply(alpha, &da, &db)
+                .apply_scaled(alpha, &da, &db)
                 .unwrap()
                 .to_host()
                 .unwrap()
@@ -416,8 +415,8 @@ fn differential_on_the_device() {
             );
             let dacc = acc.to_device(dev).unwrap();
             let beta = [T::ZERO, T::ONE, T::from_f64(-0.75)][case % 3];
-            c.apply_into(alpha, &a, &b, beta, &acc).unwrap();
-            c.apply_into(alpha, &da, &db, beta, &dacc).unwrap();
+            c.apply_into_scaled(alpha, &a, &b, beta, &acc).unwrap();
+            c.apply_into_scaled(alpha, &da, &db, beta, &dacc).unwrap();
             let (got, want) = (
                 dacc.to_host().unwrap().to_dense().unwrap(),
                 acc.to_dense().unwrap(),

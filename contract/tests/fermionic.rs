@@ -137,6 +137,17 @@ fn parity_at<S: AbelianSector>(leg: &Leg<S>, i: usize) -> bool {
 /// which the open labels appear along the tensors). Dense tensors are column-major, first
 /// leg fastest.
 fn reference<S: AbelianSector>(net: &Net<S>, dense: &[Vec<f64>]) -> (Vec<char>, Vec<f64>) {
+    reference_to(net, dense, None)
+}
+
+/// [`reference`] with the output legs in the order `output` (the open labels, permuted;
+/// `None`: network order): the legs are rearranged into that order, so its crossings of odd
+/// open legs count.
+fn reference_to<S: AbelianSector>(
+    net: &Net<S>,
+    dense: &[Vec<f64>],
+    output: Option<&[char]>,
+) -> (Vec<char>, Vec<f64>) {
     // Every label once, with its dimension; open labels (on one leg) in network order.
     let mut all: Vec<(char, usize)> = Vec::new();
     let mut count = std::collections::HashMap::new();
@@ -148,11 +159,19 @@ fn reference<S: AbelianSector>(net: &Net<S>, dense: &[Vec<f64>]) -> (Vec<char>, 
             }
         }
     }
-    let open: Vec<char> = all
+    let mut open: Vec<char> = all
         .iter()
         .map(|(c, _)| *c)
         .filter(|c| count[c] == 1)
         .collect();
+    if let Some(output) = output {
+        let mut sorted = output.to_vec();
+        sorted.sort_unstable();
+        let mut want = open.clone();
+        want.sort_unstable();
+        assert_eq!(sorted, want, "the output is the open labels, permuted");
+        open = output.to_vec();
+    }
     let out_dims: Vec<usize> = open
         .iter()
         .map(|c| all.iter().find(|(x, _)| x == c).unwrap().1)
@@ -441,4 +460,156 @@ fn a_network_refuses_a_label_twice_on_one_tensor() {
         text.contains("'a'") && text.contains("tensor 0"),
         "the error names the label and the tensor: {text}"
     );
+}
+
+/// `Network::contract_to` against the dense reference rearranged into the output order
+/// (its odd open legs' crossings counted by the definition), and against `contract`
+/// followed by `permute`: the leg order asked for carries the Koszul sign of the odd legs it
+/// moves past each other, in every order of steps.
+fn outputs_in_order<S: Graded>(seed: u64, cases: usize) -> usize {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut checked = 0;
+    for case in 0..cases {
+        let n = rng.gen_range(2..=4);
+        let net = random_network::<S>(&mut rng, n);
+        let arrays: Vec<AsyncArray<f64, S>> = net
+            .structures
+            .iter()
+            .map(|s| AsyncArray::random(Arc::clone(s), rng.r#gen()))
+            .collect();
+        let refs: Vec<&AsyncArray<f64, S>> = arrays.iter().collect();
+        let dense: Vec<Vec<f64>> = arrays.iter().map(|a| a.to_dense().unwrap()).collect();
+        let labels: Vec<String> = net.labels.iter().map(|l| l.iter().collect()).collect();
+        let network = Network::new(
+            labels
+                .iter()
+                .zip(&net.structures)
+                .map(|(l, s)| (l.as_str(), Arc::clone(s)))
+                .collect(),
+        )
+        .unwrap();
+        let open = network.open_labels();
+        let orders = [network.greedy().unwrap().steps, random_order(&mut rng, n)];
+        for steps in orders {
+            let order = Order { steps, flops: 0 };
+            let (default, default_labels) = network.contract(&refs, &order).unwrap();
+            assert_eq!(default_labels, open);
+            let mut output = open.clone();
+            output.shuffle(&mut rng);
+            let split = rng.gen_range(0..=output.len());
+            let spec = format!(
+                "{}|{}",
+                output[..split].iter().collect::<String>(),
+                output[split..].iter().collect::<String>()
+            );
+            let what = || format!("case {case}: {labels:?} -> {spec:?}, order {order:?}");
+            let got = network.contract_to(&refs, &order, &spec).unwrap();
+            assert_eq!(got.structure().n_codomain(), split, "{}", what());
+            // contract, then permute.
+            let perm: Vec<usize> = output
+                .iter()
+                .map(|c| open.iter().position(|o| o == c).unwrap())
+                .collect();
+            let permuted = default.permute(&perm, split).unwrap();
+            assert_eq!(got.structure(), permuted.structure(), "{}", what());
+            let (g, p) = (got.to_dense().unwrap(), permuted.to_dense().unwrap());
+            let (labels_want, want) = reference_to(&net, &dense, Some(&output));
+            assert_eq!(labels_want, output);
+            let scale = 1.0 + want.iter().map(|x| x * x).sum::<f64>().sqrt();
+            for (i, ((g, p), w)) in g.iter().zip(&p).zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-12 * scale,
+                    "element {i}: {g} vs {w}, {}",
+                    what()
+                );
+                assert!(
+                    (g - p).abs() <= 1e-12 * scale,
+                    "element {i}: {g} vs {p}, {}",
+                    what()
+                );
+            }
+            // Without a split: the one `contract` gives.
+            let plain: String = output.iter().collect();
+            let got = network.contract_to(&refs, &order, &plain).unwrap();
+            assert_eq!(
+                got.structure().n_codomain(),
+                default.structure().n_codomain(),
+                "{}",
+                what()
+            );
+            checked += 1;
+        }
+    }
+    checked
+}
+
+#[test]
+fn network_outputs_in_a_given_order_carry_the_koszul_sign_of_the_reordering() {
+    let mut checked = outputs_in_order::<FermionParity>(0x0de1, 60);
+    checked += outputs_in_order::<FermionicU1>(0x0de2, 40);
+    assert!(checked > 100, "{checked} contractions checked");
+}
+
+#[test]
+fn a_permutation_of_two_odd_legs_is_negative_and_of_even_ones_is_not() {
+    // A dense reference for the sign alone: T(x, y) with both legs (even 1 | odd 1).
+    let v = Leg::new(
+        Direction::In,
+        [(FermionParity::EVEN, 1), (FermionParity::ODD, 1)],
+    )
+    .unwrap();
+    let s = BlockStructure::new([v.clone(), v.clone()], [], FermionParity::EVEN).unwrap();
+    // Column-major: (0,0) even-even = 1, (1,1) odd-odd = 2.
+    let t = AsyncArray::from_dense(s, &[1.0, 0.0, 0.0, 2.0]).unwrap();
+    let swapped = t.permute(&[1, 0], 2).unwrap();
+    assert_eq!(swapped.to_dense().unwrap(), vec![1.0, 0.0, 0.0, -2.0]);
+}
+
+#[test]
+fn output_labels_that_are_not_the_open_legs_are_refused_before_anything_runs() {
+    let v = Leg::new(
+        Direction::In,
+        [(FermionParity::EVEN, 2), (FermionParity::ODD, 1)],
+    )
+    .unwrap();
+    let m = Arc::new(BlockStructure::new([v.clone()], [v.dual()], FermionParity::EVEN).unwrap());
+    let net = Network::new(vec![("ab", Arc::clone(&m)), ("bc", Arc::clone(&m))]).unwrap();
+    let a = AsyncArray::<f64, _>::random(Arc::clone(&m), 1);
+    let b = AsyncArray::<f64, _>::random(m, 2);
+    let (da, db) = (a.to_dense().unwrap(), b.to_dense().unwrap());
+    let order = net.greedy().unwrap();
+    for (output, why) in [
+        ("a", "open leg 'c' is missing"),
+        ("abc", "label 'b' is not an open leg"),
+        ("acx", "label 'x' is not an open leg"),
+        ("aca", "label 'a' is given twice"),
+        ("a|c|", "'|' is given twice"),
+        ("", "open leg 'a' is missing"),
+    ] {
+        let err = net.contract_to(&[&a, &b], &order, output).unwrap_err();
+        let tessera_contract::Error::OutputLabels {
+            expected,
+            given,
+            reason,
+        } = &err
+        else {
+            panic!("{output:?}: expected OutputLabels, got {err}")
+        };
+        assert_eq!((expected.as_str(), given.as_str()), ("ac", output));
+        assert_eq!(reason, why, "{output:?}");
+        assert!(err.to_string().contains("expected the network's open legs"));
+    }
+    // One tensor: its legs permuted, with the sign of the odd legs crossed.
+    let one = Network::new(vec![("xy", Arc::clone(a.structure()))]).unwrap();
+    let none = Order {
+        steps: vec![],
+        flops: 0,
+    };
+    let yx = one.contract_to(&[&a], &none, "y|x").unwrap();
+    assert_eq!(
+        yx.to_dense().unwrap(),
+        a.permute(&[1, 0], 1).unwrap().to_dense().unwrap()
+    );
+    // Nothing was written: the operands are as they were.
+    assert_eq!((a.to_dense().unwrap(), b.to_dense().unwrap()), (da, db));
 }

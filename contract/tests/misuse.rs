@@ -20,7 +20,7 @@ fn wrong_arity_and_legs_are_refused() {
     let (a, b) = (matrix(1), matrix(2));
     let err = Contraction::new("abc,cd->abd")
         .unwrap()
-        .apply(1.0, &a, &b)
+        .apply(&a, &b)
         .unwrap_err();
     assert_eq!(
         err,
@@ -33,7 +33,7 @@ fn wrong_arity_and_legs_are_refused() {
     // Contracting A's codomain leg (v) with B's codomain leg (v): same direction.
     let err = Contraction::new("ba,bc->ac")
         .unwrap()
-        .apply(1.0, &a, &b)
+        .apply(&a, &b)
         .unwrap_err();
     assert!(
         matches!(
@@ -53,7 +53,7 @@ fn wrong_arity_and_legs_are_refused() {
         Contraction::new("ba,bc->ac")
             .unwrap()
             .conj_b()
-            .apply(1.0, &a, &b)
+            .apply(&a, &b)
             .is_ok()
     );
     // Different sectors on the contracted pair.
@@ -62,7 +62,7 @@ fn wrong_arity_and_legs_are_refused() {
     let c = AsyncArray::<f64, U1>::random(s, 3);
     let err = Contraction::new("ab,bc->ac")
         .unwrap()
-        .apply(1.0, &a, &c)
+        .apply(&a, &c)
         .unwrap_err();
     assert!(matches!(err, Error::Legs { label: 'b', .. }), "{err:?}");
 }
@@ -76,7 +76,7 @@ fn a_wrong_or_aliased_output_is_refused_and_nothing_is_written() {
     let s = BlockStructure::new(vec![leg().dual()], vec![leg()], U1(0)).unwrap();
     let wrong = AsyncArray::<f64, U1>::random(s, 4);
     let before = wrong.to_dense().unwrap();
-    let err = mm.apply_into(1.0, &a, &b, 1.0, &wrong).unwrap_err();
+    let err = mm.apply_into_scaled(1.0, &a, &b, 1.0, &wrong).unwrap_err();
     assert!(matches!(err, Error::Output { .. }), "{err:?}");
     assert!(
         err.to_string().contains("expected an output with legs"),
@@ -84,7 +84,7 @@ fn a_wrong_or_aliased_output_is_refused_and_nothing_is_written() {
     );
     assert_eq!(wrong.to_dense().unwrap(), before);
     // The output is operand A itself.
-    let err = mm.apply_into(1.0, &a, &b, 1.0, &a).unwrap_err();
+    let err = mm.apply_into_scaled(1.0, &a, &b, 1.0, &a).unwrap_err();
     assert_eq!(err, Error::Aliased { operand: "A" });
     assert_eq!(a.to_dense().unwrap(), before_a);
 }
@@ -103,7 +103,7 @@ fn a_repeated_contraction_hits_the_plan_cache() {
     let again = mm.plan(&a2, &b2).unwrap();
     assert!(Arc::ptr_eq(&first, &again));
     assert_eq!((cache.hits(), cache.misses()), (1, 1));
-    mm.apply(1.0, &a2, &b2).unwrap();
+    mm.apply(&a2, &b2).unwrap();
     assert_eq!((cache.hits(), cache.misses()), (2, 1));
     // Another spec, or conjugation, is another plan.
     let t = mm.clone().conj_a().conj_b();

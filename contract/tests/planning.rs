@@ -64,7 +64,7 @@ fn full_symmetric_sectors_take_the_same_path_and_the_same_answer() {
     let plan = c.plan(&a, &b).unwrap();
     assert_eq!(plan.strategy(), Strategy::SectorGemms);
     assert_eq!(plan.gemms(), 7);
-    let got = c.apply(1.0, &a, &b).unwrap().to_dense().unwrap();
+    let got = c.apply(&a, &b).unwrap().to_dense().unwrap();
     let (da, db) = (a.to_dense().unwrap(), b.to_dense().unwrap());
     let n = leg.dim();
     for i in 0..n {

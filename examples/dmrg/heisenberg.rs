@@ -17,7 +17,7 @@
 //! has (ket `Out`, MPO `Out`, bra `In`), a right one (ket `In`, MPO `In`, bra `Out`).
 
 use std::time::{Duration, Instant};
-use tessera::blocks::{AsyncArray, BlockStructure, Blocks, Direction, Leg, U1};
+use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
 use tessera::coalesce::{Truncation, svd};
 use tessera::contract::Contraction;
 
@@ -164,10 +164,10 @@ pub(crate) struct EffectiveHamiltonian<'a> {
 impl EffectiveHamiltonian<'_> {
     /// `H theta`, a new tensor with the structure of `theta` (enrolled, not waited for).
     pub(crate) fn apply(&self, theta: &Tensor) -> Result<Tensor> {
-        let t = self.steps[0].apply(1.0, self.left, theta)?;
-        let t = self.steps[1].apply(1.0, &t, self.w)?;
-        let t = self.steps[2].apply(1.0, &t, self.w)?;
-        Ok(self.steps[3].apply(1.0, &t, self.right)?)
+        let t = self.steps[0].apply(self.left, theta)?;
+        let t = self.steps[1].apply(&t, self.w)?;
+        let t = self.steps[2].apply(&t, self.w)?;
+        Ok(self.steps[3].apply(&t, self.right)?)
     }
 }
 
@@ -196,48 +196,48 @@ pub(crate) fn lanczos(
     let dim = start.structure().total_len();
     let max_iter = max_iter.clamp(1, dim.max(1));
     let v0 = start.duplicate();
-    let n0 = v0.norm(Blocks::All)?.get()?;
+    let n0 = v0.norm().get()?;
     if n0 == 0.0 {
         return Err("Lanczos: the start vector is zero".into());
     }
-    v0.scale(1.0 / n0, Blocks::All)?;
+    v0.scale(1.0 / n0);
     let mut basis = vec![v0];
     let (mut alpha, mut beta): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
     let (value, coefficients) = loop {
         let k = basis.len() - 1;
         let w = apply(&basis[k])?;
-        let a = basis[k].inner(&w, Blocks::All)?.get()?;
+        let a = basis[k].inner(&w)?.get()?;
         alpha.push(a);
-        w.axpy(-a, &basis[k], Blocks::All)?;
+        w.axpy(-a, &basis[k])?;
         if k > 0 {
-            w.axpy(-beta[k - 1], &basis[k - 1], Blocks::All)?;
+            w.axpy(-beta[k - 1], &basis[k - 1])?;
         }
         // Full reorthogonalisation against the whole basis (classical Gram-Schmidt, one
         // pass: enroll every product first, then wait).
         let overlaps = basis
             .iter()
-            .map(|v| v.inner(&w, Blocks::All))
+            .map(|v| v.inner(&w))
             .collect::<std::result::Result<Vec<_>, tessera::blocks::Error>>()?;
         for (v, c) in basis.iter().zip(overlaps) {
-            w.axpy(-c.get()?, v, Blocks::All)?;
+            w.axpy(-c.get()?, v)?;
         }
-        let b = w.norm(Blocks::All)?.get()?;
+        let b = w.norm().get()?;
         let (value, y) = lowest_of_tridiagonal(&alpha, &beta)?;
         let residual = b * y[k].abs();
         if residual < tol || basis.len() >= max_iter || b < 1e-14 {
             break (value, y);
         }
-        w.scale(1.0 / b, Blocks::All)?;
+        w.scale(1.0 / b);
         beta.push(b);
         basis.push(w);
     };
     let x = basis[0].duplicate();
-    x.scale(coefficients[0], Blocks::All)?;
+    x.scale(coefficients[0]);
     for (v, &c) in basis.iter().zip(&coefficients).skip(1) {
-        x.axpy(c, v, Blocks::All)?;
+        x.axpy(c, v)?;
     }
-    let n = x.norm(Blocks::All)?.get()?;
-    x.scale(1.0 / n, Blocks::All)?;
+    let n = x.norm().get()?;
+    x.scale(1.0 / n);
     Ok(Eigenpair {
         value,
         vector: x,
@@ -403,9 +403,9 @@ impl Dmrg {
         let r = self.right[i + 1]
             .as_ref()
             .expect("the next right environment");
-        let t = self.c.right[0].apply(1.0, &self.mps[i], r)?;
-        let t = self.c.right[1].apply(1.0, &t, &self.w)?;
-        self.right[i] = Some(self.c.right[2].apply(1.0, &t, &self.mps[i])?);
+        let t = self.c.right[0].apply(&self.mps[i], r)?;
+        let t = self.c.right[1].apply(&t, &self.w)?;
+        self.right[i] = Some(self.c.right[2].apply(&t, &self.mps[i])?);
         Ok(())
     }
 
@@ -414,9 +414,9 @@ impl Dmrg {
         let l = self.left[i]
             .as_ref()
             .expect("the previous left environment");
-        let t = self.c.left[0].apply(1.0, l, &self.mps[i])?;
-        let t = self.c.left[1].apply(1.0, &t, &self.w)?;
-        self.left[i + 1] = Some(self.c.left[2].apply(1.0, &t, &self.mps[i])?);
+        let t = self.c.left[0].apply(l, &self.mps[i])?;
+        let t = self.c.left[1].apply(&t, &self.w)?;
+        self.left[i + 1] = Some(self.c.left[2].apply(&t, &self.mps[i])?);
         Ok(())
     }
 
@@ -424,7 +424,7 @@ impl Dmrg {
     /// site `i + 1` (`to_right`) or keeping it at `i`. Returns the energy, the discarded
     /// weight, the new bond dimension and the Lanczos products used.
     fn step(&mut self, i: usize, to_right: bool) -> Result<(f64, f64, usize, usize)> {
-        let theta = self.c.pair.apply(1.0, &self.mps[i], &self.mps[i + 1])?;
+        let theta = self.c.pair.apply(&self.mps[i], &self.mps[i + 1])?;
         let h = EffectiveHamiltonian {
             left: self.left[i]
                 .as_ref()
@@ -450,14 +450,14 @@ impl Dmrg {
         let s = f.s.to_array()?;
         // Keep the state normalised after truncation.
         let kept = (f.total_weight - f.discarded_weight).sqrt();
-        s.scale(1.0 / kept, Blocks::All)?;
+        s.scale(1.0 / kept);
         let bond = f.s.len();
         if to_right {
             self.mps[i] = f.u;
-            self.mps[i + 1] = self.c.absorb_right.apply(1.0, &s, &f.vt)?;
+            self.mps[i + 1] = self.c.absorb_right.apply(&s, &f.vt)?;
             self.update_left(i)?;
         } else {
-            self.mps[i] = self.c.absorb_left.apply(1.0, &f.u, &s)?;
+            self.mps[i] = self.c.absorb_left.apply(&f.u, &s)?;
             self.mps[i + 1] = f.vt;
             self.update_right(i + 1)?;
         }
