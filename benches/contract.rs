@@ -6,7 +6,7 @@
 //!   blocks (no runtime);
 //! - c. planning a contraction of 10,000 block pairs, fresh and from the cache;
 //! - d. the DMRG two-site effective Hamiltonian `L W W R theta` on the U(1) Heisenberg
-//!   structures of `shared/data/heff_heisenberg_chi*.json`, over one dense faer GEMM of the
+//!   structures of `benches/data/heff_heisenberg_chi*.json`, over one dense faer GEMM of the
 //!   same total flops: in the files' chain (L theta, W, W, R, as TeNPy runs it), and in the
 //!   order [`Network::optimal`] picks from the same structures;
 //! - e. with `--features cuda`, on CUDA device 0: (a) and (d) beside one dense cuBLAS GEMM.
@@ -14,7 +14,7 @@
 //! Throughputs are in flops per second (criterion's "elem/s").
 //!
 //! `cargo bench --bench contract` (`--features cuda -- contract_e` for the GPU group; the
-//! H_eff data from `TESSERA_DATA` when set, else `../shared/data`)
+//! H_eff data from `TESSERA_DATA` when set, else `benches/data/` in this repository)
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use faer::linalg::matmul::matmul;
@@ -199,9 +199,10 @@ struct Tensor<A = AsyncArray<f64, U1>> {
 /// sector dimensions multiplied by `scale` (1: the file's structures; more: a proxy for a
 /// larger bond dimension with the same sectors).
 fn load_heff(chi: usize, scale: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
-    // `TESSERA_DATA` names another folder (a machine the bench was carried to).
+    // The files live in the repository, beside the benches; `TESSERA_DATA` names another
+    // folder (a machine the bench binary was carried to without the repository).
     let dir = std::env::var_os("TESSERA_DATA").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data"),
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/data"),
         PathBuf::from,
     );
     let path = dir.join(format!("heff_heisenberg_chi{chi}.json"));
