@@ -1,22 +1,29 @@
-//! Contraction throughput and planning time, each beside its baseline in the same run:
+//! Contraction throughput and planning time, each beside its baseline in the same run. One
+//! criterion group per workload, named for what it measures (`contract/<what>/<size>`), and
+//! in each group the Tessera run and its baseline:
 //!
-//! - a. a U(1) block-sparse matrix product with many sectors (and with one), over one dense
-//!   faer GEMM of the same total flops;
-//! - b. many 32x32x32 block products, over a plain rayon loop of faer calls on the same
-//!   blocks (no runtime);
-//! - c. planning a contraction of 10,000 block pairs, fresh and from the cache;
-//! - d. the DMRG two-site effective Hamiltonian `L W W R theta` on the U(1) Heisenberg
-//!   structures of `shared/data/heff_heisenberg_chi*.json`, over one dense faer GEMM of the
-//!   same total flops: in the files' chain (L theta, W, W, R, as TeNPy runs it), and in the
-//!   order [`Network::optimal`] picks from the same structures;
-//! - e. with `--features cuda`, on CUDA device 0: (a) and (d) beside one dense cuBLAS GEMM.
+//! - `contract/block_gemm/u1_{sectors}x{d}`: a U(1) block-sparse matrix product with many
+//!   sectors (and with one), over one dense faer GEMM of the same total flops;
+//! - `contract/small_blocks/2048_of_32x32x32`: many small block products, over a plain rayon
+//!   loop of faer calls on the same blocks (no runtime);
+//! - `contract/plan/pairs_1e4`: planning a contraction of 10,000 block pairs, fresh and from
+//!   the cache, and building its output structure;
+//! - `contract/plan/tiles_1e4` .. `tiles_1e6`: planning products of full tilings of 10^4 to
+//!   10^6 blocks, beside building the output structure alone;
+//! - `contract/heff/chi{chi}`: the DMRG two-site effective Hamiltonian `L W W R theta` on the
+//!   U(1) Heisenberg structures of `benches/data/heff_heisenberg_chi*.json`, over one dense
+//!   faer GEMM of the same total flops: in the files' chain (L theta, W, W, R, as TeNPy runs
+//!   it), and in the order [`Network::optimal`] picks from the same structures;
+//! - `contract/cuda/block_gemm/16x{d}_{type}` and `contract/cuda/heff/chi{chi}`: with
+//!   `--features cuda`, on CUDA device 0, block GEMM and H_eff beside one dense cuBLAS GEMM.
 //!
 //! Throughputs are in flops per second (criterion's "elem/s").
 //!
-//! `cargo bench --bench contract` (`--features cuda -- contract_e` for the GPU group; the
-//! H_eff data from `TESSERA_DATA` when set, else `../shared/data`)
+//! `cargo bench --bench contract` (`-- contract/heff` for one workload; `--features cuda --
+//! contract/cuda` for the GPU groups; the H_eff data from `TESSERA_DATA` when set, else
+//! `benches/data/` in this repository)
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, Par};
 use rayon::prelude::*;
@@ -56,39 +63,35 @@ fn dense_gemm(runtime: &Runtime, a: &Mat<f64>, b: &Mat<f64>, c: &mut Mat<f64>) {
 
 fn block_gemm(c: &mut Criterion) {
     let runtime = Runtime::new(2).unwrap();
-    let mut group = c.benchmark_group("contract_a_block_sparse_matmul");
-    group.sample_size(10);
     let mm = Contraction::new("ab,bc->ac").unwrap();
     // Eight sectors, and one lone sector (its GEMM must use both cores by itself).
     for (sectors, d) in [(8, 128_usize), (8, 256), (8, 512), (1, 256)] {
+        let mut group = c.benchmark_group(format!("contract/block_gemm/u1_{sectors}x{d}"));
+        group.sample_size(10);
         let (a, b) = (matrix(sectors, d, 1), matrix(sectors, d, 2));
         let out = AsyncArray::zeros(Arc::clone(mm.plan(&a, &b).unwrap().output()));
         let flops = mm.plan(&a, &b).unwrap().flops();
         group.throughput(Throughput::Elements(flops));
-        group.bench_function(
-            BenchmarkId::new("tessera", format!("{sectors}x{d}")),
-            |bch| {
-                bch.iter(|| {
-                    runtime.enter(|| mm.apply_into(&a, &b, &out).unwrap());
-                    out.wait().unwrap();
-                })
-            },
-        );
+        group.bench_function("tessera", |bch| {
+            bch.iter(|| {
+                runtime.enter(|| mm.apply_into(&a, &b, &out).unwrap());
+                out.wait().unwrap();
+            })
+        });
         let (da, db, mut dc, dflops) = dense_baseline(flops);
         group.throughput(Throughput::Elements(dflops));
-        group.bench_function(
-            BenchmarkId::new("dense_faer_same_flops", format!("{sectors}x{d}")),
-            |bch| bch.iter(|| dense_gemm(&runtime, &da, &db, &mut dc)),
-        );
+        group.bench_function("dense_faer_same_flops", |bch| {
+            bch.iter(|| dense_gemm(&runtime, &da, &db, &mut dc))
+        });
+        group.finish();
     }
-    group.finish();
 }
 
 fn small_blocks(c: &mut Criterion) {
     let runtime = Runtime::new(2).unwrap();
-    let mut group = c.benchmark_group("contract_b_32x32x32_blocks");
-    group.sample_size(10);
     let (sectors, d) = (2048, 32);
+    let mut group = c.benchmark_group(format!("contract/small_blocks/{sectors}_of_{d}x{d}x{d}"));
+    group.sample_size(10);
     let mm = Contraction::new("ab,bc->ac").unwrap();
     let (a, b) = (matrix(sectors, d, 1), matrix(sectors, d, 2));
     let plan = mm.plan(&a, &b).unwrap();
@@ -131,11 +134,11 @@ fn small_blocks(c: &mut Criterion) {
 }
 
 fn planning(c: &mut Criterion) {
-    let mut group = c.benchmark_group("contract_c_planning");
+    let mut group = c.benchmark_group("contract/plan/pairs_1e4");
     let (a, b) = (matrix(10_000, 2, 1), matrix(10_000, 2, 2));
     let spec = Spec::parse("ab,bc->ac").unwrap();
     let fresh = Contraction::from_spec(spec.clone());
-    group.bench_function("plan_10000_pairs", |bch| {
+    group.bench_function("fresh", |bch| {
         bch.iter(|| {
             let cache = Arc::new(PlanCache::new());
             let plan = fresh.clone().with_cache(cache).plan(&a, &b).unwrap();
@@ -148,12 +151,12 @@ fn planning(c: &mut Criterion) {
         a.structure().legs()[0].clone(),
         b.structure().legs()[1].clone(),
     ];
-    group.bench_function("output_structure_10000_blocks", |bch| {
+    group.bench_function("output_structure", |bch| {
         bch.iter(|| black_box(BlockStructure::from_legs(legs.clone(), 1, U1(0)).unwrap()))
     });
     let cached = Contraction::from_spec(spec).with_cache(Arc::new(PlanCache::new()));
     cached.plan(&a, &b).unwrap();
-    group.bench_function("cached_plan_10000_pairs", |bch| {
+    group.bench_function("cached", |bch| {
         bch.iter(|| black_box(cached.plan(&a, &b).unwrap()))
     });
     group.finish();
@@ -163,25 +166,27 @@ fn planning(c: &mut Criterion) {
 /// block pairs that the plan never forms), beside its baseline in the same run: building
 /// the product's descriptor table alone. Their ratio stays flat as the blocks grow 100-fold.
 fn plan_scaling(c: &mut Criterion) {
-    let mut group = c.benchmark_group("contract_f_plan_scaling");
-    group.sample_size(10);
     for n in [100_usize, 316, 1000] {
+        // 10^4, 10^5 (316^2 = 99,856) and 10^6 blocks per operand.
+        let tiles = format!("1e{}", ((n * n) as f64).log10().round());
+        let mut group = c.benchmark_group(format!("contract/plan/tiles_{tiles}"));
+        group.sample_size(10);
         let leg = Leg::<Trivial>::tiling(&vec![1; n]).unwrap();
         let s = Arc::new(BlockStructure::new([leg.clone()], [leg.dual()], Trivial).unwrap());
         let a = AsyncArray::<f64, Trivial>::empty(Arc::clone(&s));
         let fresh = Contraction::new("ij,jk->ik").unwrap();
-        group.bench_with_input(BenchmarkId::new("plan", n * n), &n, |bch, _| {
+        group.bench_function("plan", |bch| {
             bch.iter(|| {
                 let cache = Arc::new(PlanCache::new());
                 black_box(fresh.clone().with_cache(cache).plan(&a, &a).unwrap())
             })
         });
         let legs = vec![leg.clone(), leg.dual()];
-        group.bench_with_input(BenchmarkId::new("output_structure", n * n), &n, |bch, _| {
+        group.bench_function("output_structure", |bch| {
             bch.iter(|| black_box(BlockStructure::from_legs(legs.clone(), 1, Trivial).unwrap()))
         });
+        group.finish();
     }
-    group.finish();
 }
 
 /// One step of the chain: operands `A` and `B` (by name, `T` the running result) and the
@@ -199,9 +204,10 @@ struct Tensor<A = AsyncArray<f64, U1>> {
 /// sector dimensions multiplied by `scale` (1: the file's structures; more: a proxy for a
 /// larger bond dimension with the same sectors).
 fn load_heff(chi: usize, scale: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
-    // `TESSERA_DATA` names another folder (a machine the bench was carried to).
+    // The files live in the repository, beside the benches; `TESSERA_DATA` names another
+    // folder (a machine the bench binary was carried to without the repository).
     let dir = std::env::var_os("TESSERA_DATA").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data"),
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/data"),
         PathBuf::from,
     );
     let path = dir.join(format!("heff_heisenberg_chi{chi}.json"));
@@ -383,13 +389,13 @@ fn heff_network<'t>(
 
 fn heff(c: &mut Criterion) {
     let runtime = Runtime::new(2).unwrap();
-    let mut group = c.benchmark_group("contract_d_dmrg_heff");
-    group.sample_size(10);
     for chi in [128_usize, 256, 512, 1024] {
+        let mut group = c.benchmark_group(format!("contract/heff/chi{chi}"));
+        group.sample_size(10);
         let (tensors, chain) = load_heff(chi, 1);
         let (_, flops) = runtime.enter(|| apply_heff(&tensors, &chain));
         group.throughput(Throughput::Elements(flops));
-        group.bench_function(BenchmarkId::new("tessera", chi), |bch| {
+        group.bench_function("tessera", |bch| {
             bch.iter(|| {
                 let (t, _) = runtime.enter(|| apply_heff(&tensors, &chain));
                 t.wait().unwrap();
@@ -398,7 +404,7 @@ fn heff(c: &mut Criterion) {
         let (net, arrays) = heff_network(&tensors, &chain);
         let order: Order = net.optimal().unwrap();
         group.throughput(Throughput::Elements(order.flops));
-        group.bench_function(BenchmarkId::new("tessera_network_order", chi), |bch| {
+        group.bench_function("tessera_network_order", |bch| {
             bch.iter(|| {
                 let (t, _) = runtime.enter(|| net.contract(&arrays, &order).unwrap());
                 t.wait().unwrap();
@@ -406,18 +412,18 @@ fn heff(c: &mut Criterion) {
         });
         let (da, db, mut dc, dflops) = dense_baseline(flops);
         group.throughput(Throughput::Elements(dflops));
-        group.bench_function(BenchmarkId::new("dense_faer_same_flops", chi), |bch| {
+        group.bench_function("dense_faer_same_flops", |bch| {
             bch.iter(|| dense_gemm(&runtime, &da, &db, &mut dc))
         });
+        group.finish();
     }
-    group.finish();
 }
 
-/// e. With the `cuda` feature, on CUDA device 0: the block GEMM of (a) with blocks of 256 and
-/// 1024 (f64 and f32) and the H_eff chain of (d) at chi 256 to 4096 (2048 and 4096: the chi
-/// 1024 sectors scaled), each beside one dense cuBLAS GEMM of the same flops, all timed to
-/// the end of the device's work. Skipped (with a line on stderr)
-/// without a driver or device.
+/// With the `cuda` feature, on CUDA device 0 (`contract/cuda/..`): the block GEMM of
+/// `contract/block_gemm` with 16 blocks of 256 and 1024 (f64 and f32) and the H_eff chain of
+/// `contract/heff` at chi 256 to 4096 (2048 and 4096: the chi 1024 sectors scaled), each
+/// beside one dense cuBLAS GEMM of the same flops, all timed to the end of the device's work.
+/// Skipped (with a line on stderr) without a driver or device.
 #[cfg(feature = "cuda")]
 fn on_the_device(c: &mut Criterion) {
     use tessera::backends::cuda::{CudaDevice, CudaScalar, MatLayout, Op};
@@ -425,13 +431,11 @@ fn on_the_device(c: &mut Criterion) {
     let dev = match CudaDevice::open(0) {
         Ok(dev) => Arc::new(dev),
         Err(e) => {
-            eprintln!("contract_e_cuda skipped: {e}");
+            eprintln!("contract/cuda skipped: {e}");
             return;
         }
     };
     let runtime = Runtime::new(2).unwrap();
-    let mut group = c.benchmark_group("contract_e_cuda");
-    group.sample_size(10);
     fn dense<T: CudaScalar>(dev: &CudaDevice, flops: u64) -> (impl FnMut() + '_, u64) {
         let n = ((flops as f64 / 2.0).cbrt().round() as usize).max(1);
         let a = dev.upload(&vec![T::from_f64(0.5); n * n]).unwrap();
@@ -454,7 +458,7 @@ fn on_the_device(c: &mut Criterion) {
         (run, 2 * (n as u64).pow(3))
     }
     fn block<T: CudaScalar + tessera::backends::Field>(
-        group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        c: &mut Criterion,
         runtime: &Runtime,
         dev: &Arc<CudaDevice>,
         d: usize,
@@ -471,27 +475,26 @@ fn on_the_device(c: &mut Criterion) {
         let mm = Contraction::new("ab,bc->ac").unwrap();
         let plan = mm.plan(&a, &b).unwrap();
         let out = DeviceArray::<T, U1>::zeros(Arc::clone(plan.output()), dev).unwrap();
+        let mut group = c.benchmark_group(format!("contract/cuda/block_gemm/16x{d}_{name}"));
+        group.sample_size(10);
         group.throughput(Throughput::Elements(plan.flops()));
-        group.bench_function(
-            BenchmarkId::new(format!("block_gemm_16x{d}_{name}"), d),
-            |bch| {
-                bch.iter(|| {
-                    runtime.enter(|| mm.apply_into(&a, &b, &out)).unwrap();
-                    out.wait().unwrap();
-                    dev.synchronize().unwrap();
-                })
-            },
-        );
+        group.bench_function("tessera", |bch| {
+            bch.iter(|| {
+                runtime
+                    .enter(|| mm.apply_into(&a, &b, &out))
+                    .unwrap();
+                out.wait().unwrap();
+                dev.synchronize().unwrap();
+            })
+        });
         let (mut run, flops) = dense::<T>(dev, plan.flops());
         group.throughput(Throughput::Elements(flops));
-        group.bench_function(
-            BenchmarkId::new(format!("dense_cublas_same_flops_{name}"), d),
-            |bch| bch.iter(&mut run),
-        );
+        group.bench_function("dense_cublas_same_flops", |bch| bch.iter(&mut run));
+        group.finish();
     }
     for d in [256, 1024] {
-        block::<f64>(&mut group, &runtime, &dev, d);
-        block::<f32>(&mut group, &runtime, &dev, d);
+        block::<f64>(c, &runtime, &dev, d);
+        block::<f32>(c, &runtime, &dev, d);
     }
     // The files' chi 256 to 1024, then chi 2048 and 4096 as the chi 1024 structures with
     // every virtual sector 2 and 4 times as large.
@@ -512,8 +515,10 @@ fn on_the_device(c: &mut Criterion) {
             })
             .collect();
         let (_, flops) = runtime.enter(|| apply_heff(&tensors, &chain));
+        let mut group = c.benchmark_group(format!("contract/cuda/heff/chi{chi}"));
+        group.sample_size(10);
         group.throughput(Throughput::Elements(flops));
-        group.bench_function(BenchmarkId::new("heff_tessera_cuda", chi), |bch| {
+        group.bench_function("tessera", |bch| {
             bch.iter(|| {
                 let (t, _) = runtime.enter(|| apply_heff(&tensors, &chain));
                 t.wait().unwrap();
@@ -522,12 +527,9 @@ fn on_the_device(c: &mut Criterion) {
         });
         let (mut run, dflops) = dense::<f64>(&dev, flops);
         group.throughput(Throughput::Elements(dflops));
-        group.bench_function(
-            BenchmarkId::new("heff_dense_cublas_same_flops", chi),
-            |bch| bch.iter(&mut run),
-        );
+        group.bench_function("dense_cublas_same_flops", |bch| bch.iter(&mut run));
+        group.finish();
     }
-    group.finish();
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -17,9 +17,9 @@
 //! *effective sector* equals the tensor's flux, where the effective sector of a segment with
 //! label `s` is `s` on an [`In`](Direction::In) leg and `dual(s)` on an
 //! [`Out`](Direction::Out) leg. For `U1` this is "sum over legs of `dir * charge == flux`"
-//! with `In = +1`, `Out = -1`, the rule of the shared data files. The dual leg flips the
-//! direction and keeps the labels, so a leg and its dual contract: their effective sectors
-//! cancel segment by segment.
+//! with `In = +1`, `Out = -1`, the rule of the H_eff data files in `benches/data/`. The dual
+//! leg flips the direction and keeps the labels, so a leg and its dual contract: their
+//! effective sectors cancel segment by segment.
 
 use std::collections::BTreeMap;
 use std::fmt;

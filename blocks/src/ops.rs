@@ -960,41 +960,12 @@ mod tests {
     use num_complex::Complex;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+    use tessera_testing::{Approx, assert_close_each, ravel, unravel};
 
     type C64 = Complex<f64>;
 
-    fn close<T: Scalar>(a: &[T], b: &[T], what: &str) {
-        assert_eq!(a.len(), b.len(), "{what}: lengths");
-        for (k, (&x, &y)) in a.iter().zip(b).enumerate() {
-            let d: f64 = (x - y).abs2().into();
-            let m: f64 = y.abs2().into();
-            assert!(
-                d.sqrt() <= 1e-12 * (1.0 + m.sqrt()),
-                "{what}: element {k}: {x} != {y}"
-            );
-        }
-    }
-
     fn dims<S: AbelianSector>(s: &BlockStructure<S>) -> Vec<usize> {
         s.legs().iter().map(|l| l.dim()).collect()
-    }
-
-    fn unravel(mut k: usize, dims: &[usize]) -> Vec<usize> {
-        dims.iter()
-            .map(|&d| {
-                let i = k % d;
-                k /= d;
-                i
-            })
-            .collect()
-    }
-
-    fn ravel(index: &[usize], dims: &[usize]) -> usize {
-        index
-            .iter()
-            .zip(dims)
-            .rev()
-            .fold(0, |acc, (&i, &d)| acc * d + i)
     }
 
     /// The parity of the sector at element `i` of each leg (the reference's own lookup).
@@ -1044,7 +1015,7 @@ mod tests {
         ))
     }
 
-    fn differential<T: Scalar, S: Kind>(seed: u64, cases: usize) {
+    fn differential<T: Scalar + Approx, S: Kind>(seed: u64, cases: usize) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         for case in 0..cases {
             let s = Arc::new(random_structure::<S>(&mut rng));
@@ -1053,21 +1024,23 @@ mod tests {
             let y = AsyncArray::<T, S>::random(Arc::clone(&s), rng.r#gen());
             let (xd, yd) = (x.to_dense().unwrap(), y.to_dense().unwrap());
             // Round trips.
-            close(
+            assert_close_each(
                 &AsyncArray::<T, S>::from_dense(Arc::clone(&s), &xd)
                     .unwrap()
                     .to_dense()
                     .unwrap(),
                 &xd,
-                &what("from_dense"),
+                1e-12,
+                what("from_dense"),
             );
-            close(
+            assert_close_each(
                 &AsyncArray::<T, S>::from_blocks(Arc::clone(&s), &x.to_blocks().unwrap())
                     .unwrap()
                     .to_dense()
                     .unwrap(),
                 &xd,
-                &what("from_blocks"),
+                1e-12,
+                what("from_blocks"),
             );
             let alpha: T = random_scalar(&mut rng);
             // Elementwise operations.
@@ -1076,15 +1049,16 @@ mod tests {
             y.axpy(alpha, &x).unwrap();
             x.scale(alpha);
             let scaled: Vec<T> = xd.iter().map(|&v| alpha * v).collect();
-            close(&x.to_dense().unwrap(), &scaled, &what("scale"));
+            assert_close_each(&x.to_dense().unwrap(), &scaled, 1e-12, what("scale"));
             let axpy: Vec<T> = xd.iter().zip(&yd).map(|(&a, &b)| alpha * a + b).collect();
-            close(&y.to_dense().unwrap(), &axpy, &what("axpy"));
+            assert_close_each(&y.to_dense().unwrap(), &axpy, 1e-12, what("axpy"));
             let sum: Vec<T> = xd.iter().zip(&yd).map(|(&a, &b)| a + b).collect();
-            close(&z.to_dense().unwrap(), &sum, &what("add"));
-            close(
+            assert_close_each(&z.to_dense().unwrap(), &sum, 1e-12, what("add"));
+            assert_close_each(
                 &zc.to_dense().unwrap(),
                 &xd.iter().map(|v| v.conj()).collect::<Vec<_>>(),
-                &what("conj"),
+                1e-12,
+                what("conj"),
             );
             // Reductions, on the updated values.
             let (xd2, yd2) = (x.to_dense().unwrap(), y.to_dense().unwrap());
@@ -1099,31 +1073,34 @@ mod tests {
                 .iter()
                 .zip(&yd2)
                 .fold(T::ZERO, |acc, (&a, &b)| acc + a.conj() * b);
-            close(
+            assert_close_each(
                 &[x.inner(&y).unwrap().get().unwrap()],
                 &[inner],
-                &what("inner"),
+                1e-12,
+                what("inner"),
             );
             // Permutation with a new split, and the adjoint.
             let n = s.num_legs();
             let perm = random_perm(&mut rng, n);
             let nc = rng.gen_range(0..=n);
             let p = x.permute(&perm, nc).unwrap();
-            close(
+            assert_close_each(
                 &p.to_dense().unwrap(),
                 &dense_permute(&s, &xd2, &perm),
-                &what("permute"),
+                1e-12,
+                what("permute"),
             );
             let back: Vec<usize> = (0..n)
                 .map(|k| perm.iter().position(|&q| q == k).unwrap())
                 .collect();
-            close(
+            assert_close_each(
                 &p.permute(&back, s.n_codomain())
                     .unwrap()
                     .to_dense()
                     .unwrap(),
                 &xd2,
-                &what("permute back"),
+                1e-12,
+                what("permute back"),
             );
             let adj = x.adjoint().unwrap();
             let nd = n - s.n_codomain();
@@ -1137,7 +1114,7 @@ mod tests {
                 want[ravel(&nidx, &new)] = v.conj();
             }
             assert_eq!(adj.structure().n_codomain(), nd);
-            close(&adj.to_dense().unwrap(), &want, &what("adjoint"));
+            assert_close_each(&adj.to_dense().unwrap(), &want, 1e-12, what("adjoint"));
             // A subset of blocks: only those change.
             if s.num_blocks() > 1 {
                 let chosen: Vec<usize> =
@@ -1150,7 +1127,7 @@ mod tests {
                     } else {
                         b.clone()
                     };
-                    close(&a, &want, &what("scale on a subset"));
+                    assert_close_each(&a, &want, 1e-12, what("scale on a subset"));
                 }
                 let part: f64 = x
                     .norm_blocks(Blocks::Only(&chosen))
@@ -1239,7 +1216,7 @@ mod tests {
 
     /// Permutation (with fermionic signs), on all blocks and on a subset, and the adjoint,
     /// for one element type, against the dense reference.
-    fn permutations_of<T: Scalar, S: Kind>(seed: u64, cases: usize) {
+    fn permutations_of<T: Scalar + Approx, S: Kind>(seed: u64, cases: usize) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         for case in 0..cases {
             let s = Arc::new(wide_structure::<S>(&mut rng));
@@ -1254,7 +1231,7 @@ mod tests {
             let nc = rng.gen_range(0..=n);
             let p = x.permute(&perm, nc).unwrap();
             let want = dense_permute(&s, &xd, &perm);
-            close(&p.to_dense().unwrap(), &want, &what("permute"));
+            assert_close_each(&p.to_dense().unwrap(), &want, 1e-12, what("permute"));
             // A subset: the chosen blocks move, the others of the result are zero.
             let chosen: Vec<usize> = (0..s.num_blocks()).filter(|_| rng.gen_bool(0.5)).collect();
             let q = x.permute_blocks(&perm, nc, Blocks::Only(&chosen)).unwrap();
@@ -1264,7 +1241,7 @@ mod tests {
             for i in 0..s.num_blocks() {
                 let j = planned.block_map[i];
                 if chosen.contains(&i) {
-                    close(&got[j], &full[j], &what("permute on a subset"));
+                    assert_close_each(&got[j], &full[j], 1e-12, what("permute on a subset"));
                 } else {
                     assert!(
                         got[j].iter().all(|&v| v == T::ZERO),
@@ -1284,7 +1261,7 @@ mod tests {
                 let nidx: Vec<usize> = adj_perm.iter().map(|&q| idx[q]).collect();
                 want[ravel(&nidx, &new)] = v.conj();
             }
-            close(&adj.to_dense().unwrap(), &want, &what("adjoint"));
+            assert_close_each(&adj.to_dense().unwrap(), &want, 1e-12, what("adjoint"));
         }
     }
 
@@ -1319,10 +1296,11 @@ mod tests {
                 "{}",
                 what("permute_into and permute_into_with")
             );
-            close(
+            assert_close_each(
                 &target.to_dense().unwrap(),
                 &dense_permute(&s, &x.to_dense().unwrap(), &perm),
-                &what("permute_into"),
+                1e-12,
+                what("permute_into"),
             );
             // Targets with other present blocks: one fewer, or one moved.
             let present = planned.structure.present_mask().to_bitvec();

@@ -2,8 +2,9 @@
 //! crate's, and other crates' through the `testing` feature).
 //!
 //! Owns: the [`Kind`] list and the generators every differential test loops over
-//! ([`for_each_kind!`](crate::for_each_kind)). Invariant: a generator's output depends only
-//! on its seed.
+//! ([`for_each_kind!`](crate::for_each_kind)), and (with `cuda`) the one rule by which a
+//! GPU test skips. Invariant: a generator's output depends only on its seed. Helpers that
+//! need no library type are in the dev-only `tessera-testing` crate.
 
 use crate::leg::{Direction, Leg};
 use crate::sector::{AbelianSector, FermionParity, Product, Trivial, U1, Z2, Zn};
@@ -138,4 +139,27 @@ pub fn random_perm(rng: &mut ChaCha8Rng, n: usize) -> Vec<usize> {
     let mut p: Vec<usize> = (0..n).collect();
     p.shuffle(rng);
     p
+}
+
+/// The value of a CUDA call a GPU test needs (opening a device, probing NVRTC), or `None`
+/// having printed `skipped: ...` when the machine has no driver, library or device: the one
+/// rule by which GPU tests skip. Any other error is a failure and panics, naming `what`.
+#[cfg(feature = "cuda")]
+pub fn or_skip_without_cuda<T>(
+    result: Result<T, tessera_backends::cuda::CudaError>,
+    what: &str,
+) -> Option<T> {
+    use tessera_backends::cuda::CudaError;
+    match result {
+        Ok(v) => Some(v),
+        Err(
+            e @ (CudaError::Unavailable { .. }
+            | CudaError::MissingSymbol { .. }
+            | CudaError::NoDevice { .. }),
+        ) => {
+            println!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("{what} failed: {e}"),
+    }
 }

@@ -6,36 +6,18 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
-use tessera_backends::cuda::{CudaDevice, CudaError, probe_nvrtc};
-use tessera_blocks::testing::{Kind, random_perm, random_structure};
+use tessera_backends::cuda::{CudaDevice, probe_nvrtc};
+use tessera_blocks::testing::{Kind, or_skip_without_cuda, random_perm, random_structure};
 use tessera_blocks::{AsyncArray, Blocks, DeviceArray, Error};
 use tessera_core::Domain;
+use tessera_testing::assert_close_to_max;
 
 /// Device `ordinal`, or `None` having said why the test is skipped.
 fn device(ordinal: usize) -> Option<Arc<CudaDevice>> {
-    match CudaDevice::open(ordinal) {
-        Ok(dev) => Some(Arc::new(dev)),
-        Err(
-            e @ (CudaError::Unavailable { .. }
-            | CudaError::MissingSymbol { .. }
-            | CudaError::NoDevice { .. }),
-        ) => {
-            println!("skipped: {e}");
-            None
-        }
-        Err(e) => panic!("opening CUDA device {ordinal} failed: {e}"),
-    }
-}
-
-fn close(got: &[f64], want: &[f64], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    let scale = want.iter().fold(1.0_f64, |m, x| m.max(x.abs()));
-    for (i, (x, y)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (x - y).abs() <= 1e-12 * scale,
-            "{what}: element {i}: {x} vs {y}"
-        );
-    }
+    or_skip_without_cuda(
+        CudaDevice::open(ordinal).map(Arc::new),
+        &format!("opening CUDA device {ordinal}"),
+    )
 }
 
 /// Transfers are exact both ways; blocks carry the placement; operations match the host's.
@@ -69,14 +51,16 @@ fn device_arrays_match_host_arrays() {
                 dy.axpy_blocks(0.5, &dx, blocks).unwrap();
                 x.scale_blocks(-1.25, blocks).unwrap();
                 dx.scale_blocks(-1.25, blocks).unwrap();
-                close(
+                assert_close_to_max(
                     &dy.to_host().unwrap().to_dense().unwrap(),
                     &y.to_dense().unwrap(),
+                    1e-12,
                     &what,
                 );
-                close(
+                assert_close_to_max(
                     &dx.to_host().unwrap().to_dense().unwrap(),
                     &x.to_dense().unwrap(),
+                    1e-12,
                     &what,
                 );
                 let (n, dn) = (
@@ -243,6 +227,6 @@ fn fan_out_over_devices_gathers_every_result() {
     for (k, x) in on.iter().enumerate() {
         let got = x.to_host().unwrap().to_dense().unwrap();
         let scaled: Vec<f64> = want.iter().map(|v| v * (k as f64 + 1.0)).collect();
-        close(&got, &scaled, &format!("device {k}"));
+        assert_close_to_max(&got, &scaled, 1e-12, format!("device {k}"));
     }
 }

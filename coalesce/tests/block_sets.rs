@@ -1,18 +1,13 @@
 //! Block-set views: zero-copy where the blocks are one strided matrix, an explicit gather
 //! otherwise, and their misuse errors.
 
-use std::sync::Arc;
-use tessera_blocks::{AsyncArray, BitVec, BlockStructure, Direction, Leg, U1};
-use tessera_coalesce::{Coalesce, Error};
+#[path = "common/grid.rs"]
+mod grid;
 
-/// Charge 1 has a 2 x 2 grid of blocks (two codomain tuples, two domain tuples).
-fn structure() -> Arc<BlockStructure<U1>> {
-    let a = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)]).unwrap();
-    let b = Leg::new(Direction::In, [(U1(0), 1), (U1(1), 2)]).unwrap();
-    let c = Leg::new(Direction::Out, [(U1(0), 2), (U1(1), 3)]).unwrap();
-    let d = Leg::new(Direction::Out, [(U1(0), 1), (U1(1), 1)]).unwrap();
-    Arc::new(BlockStructure::new([a, b], [c, d], U1(0)).unwrap())
-}
+use grid::structure;
+use std::sync::Arc;
+use tessera_blocks::{AsyncArray, BitVec, BlockStructure, U1};
+use tessera_coalesce::{Coalesce, Error};
 
 /// The sector with a 2 x 2 grid of blocks.
 fn grid(s: &BlockStructure<U1>) -> usize {

@@ -2,23 +2,16 @@
 //! the same array, and their misuse errors.
 
 mod common;
+#[path = "common/grid.rs"]
+mod grid;
 
 use common::epochs;
+use grid::structure;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tessera_blocks::{AsyncArray, BitVec, BlockStructure, Direction, Leg, U1};
 use tessera_coalesce::{Coalesce, Error};
 use tessera_core::Runtime;
-
-/// Two codomain and two domain legs of U(1) charges: several sectors, charge 1 with a 2 x 2
-/// grid of blocks.
-fn structure() -> Arc<BlockStructure<U1>> {
-    let a = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)]).unwrap();
-    let b = Leg::new(Direction::In, [(U1(0), 1), (U1(1), 2)]).unwrap();
-    let c = Leg::new(Direction::Out, [(U1(0), 2), (U1(1), 3)]).unwrap();
-    let d = Leg::new(Direction::Out, [(U1(0), 1), (U1(1), 1)]).unwrap();
-    Arc::new(BlockStructure::new([a, b], [c, d], U1(0)).unwrap())
-}
 
 /// Spins until `flag` is set; the bound only turns a hang into a failure, nothing is timed.
 fn wait_for(flag: &AtomicBool) -> bool {

@@ -17,18 +17,12 @@ use tessera_backends::{Field, Scalar};
 use tessera_blocks::testing::{Kind, random_leg, random_mask};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Direction, Leg};
 use tessera_contract::{Contraction, PlanCache, Spec};
+use tessera_testing::{Approx, Lazy, assert_close_in_norm, unravel_into};
 
 /// A dense tensor: column-major, first leg fastest, with its legs.
 struct Dense<T, S> {
     legs: Vec<Leg<S>>,
     data: Vec<T>,
-}
-
-fn unravel(mut k: usize, dims: &[usize], out: &mut [usize]) {
-    for (o, &d) in out.iter_mut().zip(dims) {
-        *o = k % d;
-        k /= d;
-    }
 }
 
 fn parity_at<S: AbelianSector>(leg: &Leg<S>, i: usize) -> bool {
@@ -51,7 +45,7 @@ impl<T: Scalar, S: AbelianSector> Dense<T, S> {
         let mut data = vec![T::ZERO; self.data.len()];
         let mut idx = vec![0; dims.len()];
         for (k, &v) in self.data.iter().enumerate() {
-            unravel(k, &dims, &mut idx);
+            unravel_into(k, &dims, &mut idx);
             let odd: Vec<bool> = perm
                 .iter()
                 .map(|&p| parity_at(&self.legs[p], idx[p]))
@@ -231,7 +225,7 @@ fn reference<T: Scalar, S: AbelianSector>(
         let mut idx = vec![0; dims.len()];
         let nfa = free_a.len();
         for (e, v) in am.data.iter_mut().enumerate() {
-            unravel(e, &dims, &mut idx);
+            unravel_into(e, &dims, &mut idx);
             let (mut odd_before, mut m) = (0, 0);
             for (i, &is_in) in a_in.iter().enumerate() {
                 if parity_at(&am.legs[nfa + i], idx[nfa + i]) {
@@ -268,20 +262,7 @@ fn reference<T: Scalar, S: AbelianSector>(
         .collect()
 }
 
-fn assert_close<T: Scalar>(got: &[T], want: &[T], what: &dyn Fn() -> String) {
-    assert_eq!(got.len(), want.len(), "{}", what());
-    let scale: f64 = want.iter().map(|x| x.abs2().into()).sum::<f64>().sqrt();
-    for (i, (&x, &y)) in got.iter().zip(want).enumerate() {
-        let d: f64 = (x - y).abs2().into();
-        assert!(
-            d.sqrt() <= 1e-12 * (1.0 + scale),
-            "element {i}: {x} != {y}\n{}",
-            what()
-        );
-    }
-}
-
-fn differential<T: Field, S: Kind>(seed: u64, cases: usize) {
+fn differential<T: Field + Approx, S: Kind>(seed: u64, cases: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cache = Arc::new(PlanCache::new());
     let (mut sector_plans, mut pair_plans) = (0, 0);
@@ -309,7 +290,7 @@ fn differential<T: Field, S: Kind>(seed: u64, cases: usize) {
         assert_eq!(out.structure(), plan.output());
         let got = out.to_dense().unwrap();
         let want = reference(&case, &da, &db, alpha, T::ZERO, &vec![T::ZERO; got.len()]);
-        assert_close(&got, &want, &what);
+        assert_close_in_norm(&got, &want, 1e-12, Lazy(&what));
         // Accumulate into an existing output, with beta in {0, 1, other}. With beta = 0 the
         // old C is ignored (BLAS's rule), so it is all NaN there: any read of it shows.
         let acc = AsyncArray::<T, S>::random(Arc::clone(plan.output()), rng.r#gen());
@@ -324,7 +305,7 @@ fn differential<T: Field, S: Kind>(seed: u64, cases: usize) {
         };
         c.apply_into_scaled(alpha, &a, &b, beta, &acc).unwrap();
         let want = reference(&case, &da, &db, alpha, beta, &c0);
-        assert_close(&acc.to_dense().unwrap(), &want, &what);
+        assert_close_in_norm(&acc.to_dense().unwrap(), &want, 1e-12, Lazy(&what));
     }
     assert!(
         cache.hits() >= cases as u64,
@@ -360,19 +341,15 @@ kinds!(differential_c64, Complex64, 250);
 #[cfg(feature = "cuda")]
 #[test]
 fn differential_on_the_device() {
-    use tessera_backends::cuda::{CudaDevice, CudaError, CudaScalar, probe_nvrtc};
-    let dev = match CudaDevice::open(0).and_then(|d| probe_nvrtc().map(|()| d)) {
-        Ok(d) => Arc::new(d),
-        Err(
-            e @ (CudaError::Unavailable { .. }
-            | CudaError::MissingSymbol { .. }
-            | CudaError::NoDevice { .. }),
-        ) => {
-            println!("skipped: {e}");
-            return;
-        }
-        Err(e) => panic!("opening CUDA device 0 failed: {e}"),
+    use tessera_backends::cuda::{CudaDevice, CudaScalar, probe_nvrtc};
+    use tessera_blocks::testing::or_skip_without_cuda;
+    let Some(dev) = or_skip_without_cuda(
+        CudaDevice::open(0).and_then(|d| probe_nvrtc().map(|()| d)),
+        "opening CUDA device 0",
+    ) else {
+        return;
     };
+    let dev = Arc::new(dev);
     fn cases<T: Field + CudaScalar, S: Kind>(dev: &Arc<CudaDevice>, seed: u64, n: usize, tol: f64) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         for case in 0..n {
