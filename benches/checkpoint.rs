@@ -20,7 +20,10 @@ use tessera::io::Checkpoint;
 /// A U(1) matrix of sectors -2..=2, each of dimension `d`: 5 d^2 elements.
 fn tensor(d: usize) -> AsyncArray<f64, U1> {
     let leg = Leg::new(Direction::In, (-2..=2).map(|c| (U1(c), d))).unwrap();
-    AsyncArray::random(BlockStructure::new([leg.clone()], [leg.dual()], U1(0)).unwrap(), 1)
+    AsyncArray::random(
+        BlockStructure::new([leg.clone()], [leg.dual()], U1(0)).unwrap(),
+        1,
+    )
 }
 
 fn dir() -> PathBuf {

@@ -7,9 +7,9 @@
 
 use num_complex::Complex;
 use tessera_backends::Scalar;
-use tessera_blocks::{AbelianSector, FermionParity, Product, Trivial, U1, Zn};
 #[cfg(test)]
 use tessera_blocks::Sector;
+use tessera_blocks::{AbelianSector, FermionParity, Product, Trivial, U1, Zn};
 
 /// A sector type that can be saved: its name in files and its decoding.
 pub trait SectorCodec: AbelianSector {

@@ -123,7 +123,9 @@ pub enum Error {
         found: String,
     },
     /// A block's offset disagrees with the block lengths the legs give.
-    #[error("tensor {name}: block {block} at offset {found}, its predecessors' lengths give {expected}")]
+    #[error(
+        "tensor {name}: block {block} at offset {found}, its predecessors' lengths give {expected}"
+    )]
     Offsets {
         /// The tensor.
         name: String,
@@ -243,8 +245,10 @@ impl Checkpoint {
 
     /// Adds (or replaces) a metadata array of `i64`s.
     pub fn put_i64s(&mut self, name: &str, values: &[i64]) {
-        self.arrays
-            .insert(name.to_owned(), Array::new("<i8", vec![values.len()], i64_bytes(values)));
+        self.arrays.insert(
+            name.to_owned(),
+            Array::new("<i8", vec![values.len()], i64_bytes(values)),
+        );
     }
 
     /// Adds (or replaces) a metadata string (UTF-8 bytes, `|u1`).
@@ -278,7 +282,11 @@ impl Checkpoint {
             self.arrays
                 .get(&format!("{name}/{field}"))
                 .ok_or_else(|| Error::Missing {
-                    what: if field == "header" { "tensor" } else { "tensor field" },
+                    what: if field == "header" {
+                        "tensor"
+                    } else {
+                        "tensor field"
+                    },
                     name: format!("{name}/{field}"),
                 })
         })
@@ -509,19 +517,38 @@ fn encode_tensor<'a, T: Element, S: SectorCodec>(
             "sector_type",
             Array::new("|u1", vec![type_name.len()], type_name.into_bytes()),
         ),
-        ("legs", Array::new("<i8", vec![legs.len(), 2], i64_bytes(&leg_rows))),
-        ("sectors", Array::new("<u4", vec![n_segments, words], u32_bytes(&sectors))),
-        ("dims", Array::new("<i8", vec![n_segments], i64_bytes(&dims))),
+        (
+            "legs",
+            Array::new("<i8", vec![legs.len(), 2], i64_bytes(&leg_rows)),
+        ),
+        (
+            "sectors",
+            Array::new("<u4", vec![n_segments, words], u32_bytes(&sectors)),
+        ),
+        (
+            "dims",
+            Array::new("<i8", vec![n_segments], i64_bytes(&dims)),
+        ),
         ("flux", Array::new("<u4", vec![words], u32_bytes(&flux))),
         (
             "blocks",
-            Array::new("<i8", vec![s.num_blocks(), legs.len()], i64_bytes(&block_rows)),
+            Array::new(
+                "<i8",
+                vec![s.num_blocks(), legs.len()],
+                i64_bytes(&block_rows),
+            ),
         ),
-        ("offsets", Array::new("<i8", vec![offsets.len()], i64_bytes(&offsets))),
+        (
+            "offsets",
+            Array::new("<i8", vec![offsets.len()], i64_bytes(&offsets)),
+        ),
         ("data", Array::new(T::DESCR, vec![n_elements], data)),
     ];
     let sum = checksum(fields.iter().map(|(_, a)| a.data.as_slice()));
-    fields.push(("checksum", Array::new("<u8", vec![1], sum.to_le_bytes().to_vec())));
+    fields.push((
+        "checksum",
+        Array::new("<u8", vec![1], sum.to_le_bytes().to_vec()),
+    ));
     fields
 }
 
@@ -681,7 +708,9 @@ fn decode_tensor<'f, T: Element, S: SectorCodec>(
             .block_id(&segs)
             .ok_or_else(|| invalid(format!("block {k}: segments {segs:?} are not allowed")))?;
         if mask.replace(id, true) {
-            return Err(invalid(format!("block {k}: segments {segs:?} appear twice")));
+            return Err(invalid(format!(
+                "block {k}: segments {segs:?} appear twice"
+            )));
         }
         let len = full.block(id).expect("an id from the structure").len();
         expected += len as u64;
@@ -737,7 +766,11 @@ mod tests {
     /// Rewrites field `field` of tensor `t` with `f` and re-seals the checksum.
     fn tamper(ck: &mut Checkpoint, field: &str, f: impl FnOnce(&mut Array)) {
         f(ck.arrays.get_mut(&format!("t/{field}")).unwrap());
-        let sum = checksum(FIELDS.iter().map(|x| ck.arrays[&format!("t/{x}")].data.as_slice()));
+        let sum = checksum(
+            FIELDS
+                .iter()
+                .map(|x| ck.arrays[&format!("t/{x}")].data.as_slice()),
+        );
         ck.arrays.get_mut("t/checksum").unwrap().data = sum.to_le_bytes().to_vec();
     }
 
@@ -751,9 +784,15 @@ mod tests {
     fn wrong_types_name_expected_and_found() {
         let ck = sealed();
         let e = ck.tensor::<f64, Z2>("t").unwrap_err();
-        assert!(matches!(&e, Error::SectorType { expected, found, .. } if expected == "Z2" && found == "U1"), "{e}");
+        assert!(
+            matches!(&e, Error::SectorType { expected, found, .. } if expected == "Z2" && found == "U1"),
+            "{e}"
+        );
         let e = ck.tensor::<num_complex::Complex64, U1>("t").unwrap_err();
-        assert!(matches!(&e, Error::ElementType { expected, found, .. } if expected == "<c16" && found == "<f8"), "{e}");
+        assert!(
+            matches!(&e, Error::ElementType { expected, found, .. } if expected == "<c16" && found == "<f8"),
+            "{e}"
+        );
         let e = ck.tensor::<f64, U1>("u").unwrap_err();
         assert!(matches!(e, Error::Missing { .. }), "{e}");
     }
@@ -763,12 +802,33 @@ mod tests {
         let mut ck = sealed();
         tamper(&mut ck, "header", |a| a.data[0] = 2);
         let e = ck.tensor::<f64, U1>("t").unwrap_err();
-        assert!(matches!(e, Error::Version { expected: 1, found: 2, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::Version {
+                    expected: 1,
+                    found: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
 
         let mut ck = sealed();
         tamper(&mut ck, "offsets", |a| a.data[8] += 1);
         let e = ck.tensor::<f64, U1>("t").unwrap_err();
-        assert!(matches!(e, Error::Offsets { block: 1, expected: 6, found: 7, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::Offsets {
+                    block: 1,
+                    expected: 6,
+                    found: 7,
+                    ..
+                }
+            ),
+            "{e}"
+        );
 
         let mut ck = sealed();
         ck.arrays.get_mut("t/data").unwrap().data[3] ^= 1;
@@ -786,10 +846,23 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("v.npz");
         let mut arrays = sealed().arrays;
-        arrays.insert(MARKER.to_owned(), Array::new("<i8", vec![1], i64_bytes(&[9])));
+        arrays.insert(
+            MARKER.to_owned(),
+            Array::new("<i8", vec![1], i64_bytes(&[9])),
+        );
         npz::write_atomic(&path, &arrays).unwrap();
         let e = Checkpoint::load(&path).unwrap_err();
-        assert!(matches!(e, Error::Version { expected: 1, found: 9, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::Version {
+                    expected: 1,
+                    found: 9,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -40,7 +40,10 @@ impl Array {
             [n] => format!("({n},)"),
             dims => format!(
                 "({})",
-                dims.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+                dims.iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
         let mut dict = format!(
@@ -111,16 +114,19 @@ impl Array {
         let shape_text =
             field(dict, "'shape': (", ")").ok_or_else(|| bad("no shape".to_owned()))?;
         let mut shape = Vec::new();
-        for part in shape_text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        for part in shape_text
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
             shape.push(
                 part.parse::<usize>()
                     .map_err(|_| bad(format!("shape entry {part:?}")))?,
             );
         }
         // The dict must hold these three keys and nothing else.
-        let canonical = format!(
-            "{{'descr': '{descr}', 'fortran_order': False, 'shape': ({shape_text}), }}"
-        );
+        let canonical =
+            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({shape_text}), }}");
         if dict != canonical && dict != canonical.replace(", }", "}") {
             return Err(bad(format!("unexpected header {dict:?}")));
         }
@@ -224,7 +230,8 @@ fn write_zip<W: Write + Seek>(
         let options = zip::write::SimpleFileOptions::default()
             .compression_method(zip::CompressionMethod::Stored)
             .large_file(len >= u64::from(u32::MAX));
-        zip.start_file(format!("{name}.npy"), options).map_err(zerr)?;
+        zip.start_file(format!("{name}.npy"), options)
+            .map_err(zerr)?;
         zip.write_all(&header).map_err(io)?;
         zip.write_all(&array.data).map_err(io)?;
     }
@@ -335,7 +342,7 @@ mod tests {
         // What numpy 1.x/2.x writes for np.save(f, np.zeros((2, 3))).
         let dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }";
         let mut h = dict.to_owned();
-        while (10 + h.len() + 1) % 64 != 0 {
+        while !(10 + h.len() + 1).is_multiple_of(64) {
             h.push(' ');
         }
         h.push('\n');

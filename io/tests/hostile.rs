@@ -11,7 +11,10 @@ fn bits(v: &[Complex64]) -> Vec<(u64, u64)> {
 }
 
 /// Loads `path` fully: the checkpoint, its tensor and its metadata.
-fn load(path: &std::path::Path) -> Result<(Vec<(u64, u64)>, Vec<f64>), tessera_io::Error> {
+/// The bits of a loaded dense tensor, and its metadata.
+type Loaded = (Vec<(u64, u64)>, Vec<f64>);
+
+fn load(path: &std::path::Path) -> Result<Loaded, tessera_io::Error> {
     let ck = Checkpoint::load(path)?;
     let t = ck.tensor::<Complex64, U1>("t")?;
     let s = t.structure().clone();
@@ -43,7 +46,10 @@ fn every_truncation_and_byte_flip_is_an_error_or_the_same_tensor() {
     let mut errors = 0;
     for len in 0..bytes.len() {
         std::fs::write(&bad, &bytes[..len]).unwrap();
-        assert!(load(&bad).is_err(), "a file truncated to {len} bytes loaded");
+        assert!(
+            load(&bad).is_err(),
+            "a file truncated to {len} bytes loaded"
+        );
         errors += 1;
     }
     let mut same = 0;
@@ -55,7 +61,10 @@ fn every_truncation_and_byte_flip_is_an_error_or_the_same_tensor() {
             match load(&bad) {
                 Err(_) => errors += 1,
                 Ok(got) => {
-                    assert_eq!(got, reference, "byte {i} ^ {flip:#x} gave a different tensor");
+                    assert_eq!(
+                        got, reference,
+                        "byte {i} ^ {flip:#x} gave a different tensor"
+                    );
                     same += 1;
                 }
             }
@@ -67,6 +76,10 @@ fn every_truncation_and_byte_flip_is_an_error_or_the_same_tensor() {
     );
     // Most of the file is interpreted: only zip bookkeeping (times, attributes, the local
     // copies of names and sizes) is not; about a fifth of the flips land there.
-    assert!(same * 3 < 2 * bytes.len(), "{same} of {} flips went unnoticed", 2 * bytes.len());
+    assert!(
+        same * 3 < 2 * bytes.len(),
+        "{same} of {} flips went unnoticed",
+        2 * bytes.len()
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -40,7 +40,11 @@ fn a_save_killed_midway_leaves_the_previous_checkpoint() {
     let path = dir.join("state.npz");
     save(&path, 0, 10);
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_save_killed_midway_leaves_the_previous_checkpoint", "--nocapture"])
+        .args([
+            "--exact",
+            "a_save_killed_midway_leaves_the_previous_checkpoint",
+            "--nocapture",
+        ])
         .env(CHILD, &path)
         .spawn()
         .unwrap();
@@ -52,20 +56,29 @@ fn a_save_killed_midway_leaves_the_previous_checkpoint() {
             .any(|e| e.file_name().to_string_lossy().contains(".tmp-"))
     };
     while !in_flight() {
-        assert!(start.elapsed() < Duration::from_secs(120), "the child never started a save");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the child never started a save"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     // Let it write part of the file.
     std::thread::sleep(Duration::from_millis(20));
     child.kill().unwrap(); // SIGKILL on Unix
     child.wait().unwrap();
-    assert!(in_flight(), "the kill did not land mid-save; the test proves nothing");
+    assert!(
+        in_flight(),
+        "the kill did not land mid-save; the test proves nothing"
+    );
 
     let ck = Checkpoint::load(&path).unwrap();
     let meta = ck.i64s("seed").unwrap();
     let (seed, dim) = (meta[0] as u64, meta[1] as usize);
     let t = ck.tensor::<f64, U1>("t").unwrap();
-    assert_eq!(t.to_blocks().unwrap(), tensor(seed, dim).to_blocks().unwrap());
+    assert_eq!(
+        t.to_blocks().unwrap(),
+        tensor(seed, dim).to_blocks().unwrap()
+    );
     println!("killed mid-save; loaded the intact checkpoint of seed {seed}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -19,7 +19,9 @@ fn bytes<T: Element>(v: &[T]) -> Vec<u8> {
 
 #[test]
 fn python_reads_and_writes_back_bit_exact() {
-    let numpy = Command::new("python3").args(["-c", "import numpy"]).status();
+    let numpy = Command::new("python3")
+        .args(["-c", "import numpy"])
+        .status();
     if !numpy.is_ok_and(|s| s.success()) {
         println!("skipped: python3 with numpy is not available");
         return;
@@ -36,7 +38,12 @@ fn python_reads_and_writes_back_bit_exact() {
         ck.put_tensor(&format!("u1/{k}"), &a).unwrap();
         reals.push(a);
         let s = random_structure::<Product<U1, Z2>>(&mut rng);
-        let s = s.with_present(&tessera_blocks::testing::random_mask(&mut rng, s.num_allowed())).unwrap();
+        let s = s
+            .with_present(&tessera_blocks::testing::random_mask(
+                &mut rng,
+                s.num_allowed(),
+            ))
+            .unwrap();
         let z = AsyncArray::<Complex64, Product<U1, Z2>>::random(s, k);
         ck.put_tensor(&format!("prod/{k}"), &z).unwrap();
         complexes.push(z);
@@ -46,19 +53,37 @@ fn python_reads_and_writes_back_bit_exact() {
     let (a, b) = (dir.join("a.npz"), dir.join("b.npz"));
     ck.save(&a).unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/tessera_io.py");
-    let out = Command::new("python3").arg(script).arg("roundtrip").arg(&a).arg(&b).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .arg(script)
+        .arg("roundtrip")
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!("{}", String::from_utf8_lossy(&out.stdout));
     let back = Checkpoint::load(&b).unwrap();
     for (k, a) in reals.iter().enumerate() {
         let got = back.tensor::<f64, U1>(&format!("u1/{k}")).unwrap();
         assert_eq!(got.structure(), a.structure());
-        assert_eq!(bytes(&got.to_dense().unwrap()), bytes(&a.to_dense().unwrap()));
+        assert_eq!(
+            bytes(&got.to_dense().unwrap()),
+            bytes(&a.to_dense().unwrap())
+        );
     }
     for (k, z) in complexes.iter().enumerate() {
-        let got = back.tensor::<Complex64, Product<U1, Z2>>(&format!("prod/{k}")).unwrap();
+        let got = back
+            .tensor::<Complex64, Product<U1, Z2>>(&format!("prod/{k}"))
+            .unwrap();
         assert_eq!(got.structure(), z.structure());
-        assert_eq!(bytes(&got.to_dense().unwrap()), bytes(&z.to_dense().unwrap()));
+        assert_eq!(
+            bytes(&got.to_dense().unwrap()),
+            bytes(&z.to_dense().unwrap())
+        );
     }
     assert_eq!(back.f64s("energies").unwrap(), [-0.4431471805599453]);
     assert_eq!(back.string("note").unwrap(), "from Rust");

@@ -5,8 +5,8 @@ use num_complex::Complex64;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::path::PathBuf;
-use tessera_blocks::testing::{Kind, for_each_kind, random_mask, random_structure};
 use tessera_blocks::AsyncArray;
+use tessera_blocks::testing::{Kind, for_each_kind, random_mask, random_structure};
 use tessera_io::{Checkpoint, Element, SectorCodec};
 
 fn scratch(tag: &str) -> PathBuf {
@@ -28,7 +28,8 @@ fn check<S: Kind + SectorCodec>(seed: u64) {
     for round in 0..12u64 {
         let full = random_structure::<S>(&mut rng);
         let s = if round % 2 == 1 {
-            full.with_present(&random_mask(&mut rng, full.num_allowed())).unwrap()
+            full.with_present(&random_mask(&mut rng, full.num_allowed()))
+                .unwrap()
         } else {
             full
         };
@@ -46,7 +47,10 @@ fn check<S: Kind + SectorCodec>(seed: u64) {
         let w = back.tensor::<Complex64, S>("group/complex").unwrap();
         assert_eq!(**b.structure(), s, "{}", S::type_name());
         assert_eq!(**w.structure(), s);
-        assert!(same(&b.to_blocks().unwrap().concat(), &a.to_blocks().unwrap().concat()));
+        assert!(same(
+            &b.to_blocks().unwrap().concat(),
+            &a.to_blocks().unwrap().concat()
+        ));
         if s.dense_len().is_ok_and(|n| n < 1 << 16) {
             assert!(same(&b.to_dense().unwrap(), &a.to_dense().unwrap()));
             assert!(same(&w.to_dense().unwrap(), &z.to_dense().unwrap()));
@@ -97,7 +101,10 @@ fn async_save_snapshots_before_later_writes() {
     .unwrap();
     saving.wait().unwrap();
     let back = Checkpoint::load(dir.join("a.npz")).unwrap();
-    assert_eq!(back.tensor::<f64, U1>("a").unwrap().to_dense().unwrap(), before);
+    assert_eq!(
+        back.tensor::<f64, U1>("a").unwrap().to_dense().unwrap(),
+        before
+    );
     assert_eq!(back.i64s("sweep").unwrap(), [1]);
     assert!(a.to_blocks().unwrap().concat().iter().all(|&x| x == 7.0));
     std::fs::remove_dir_all(&dir).unwrap();
