@@ -1,7 +1,7 @@
 //! Codecs: how sector labels and element types are written.
 //!
 //! Owns [`SectorCodec`] (a sector's type name and its decoding from the `u32` words that
-//! [`Sector::encode`] writes) and [`Element`] (an element type's npy descriptor and its
+//! [`Sector::encode`](tessera_blocks::Sector::encode) writes) and [`Element`] (an element type's npy descriptor and its
 //! little-endian bytes). Invariant: `decode(encode(s)) == s` for every sector value, and
 //! `decode` accepts only canonical words (so a file names exactly one tensor).
 
@@ -15,7 +15,7 @@ use tessera_blocks::{AbelianSector, FermionParity, Product, Trivial, U1, Zn};
 pub trait SectorCodec: AbelianSector {
     /// The type name written to files (`"U1"`, `"Z2"`, `"Product(U1,FermionParity)"`, ...).
     fn type_name() -> String;
-    /// The sector of exactly [`Sector::ENCODED_WORDS`] words, `None` for words that encode
+    /// The sector of exactly [`Sector::ENCODED_WORDS`](tessera_blocks::Sector::ENCODED_WORDS) words, `None` for words that encode
     /// no canonical label.
     fn decode(words: &[u32]) -> Option<Self>;
 }
