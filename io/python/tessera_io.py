@@ -24,13 +24,14 @@ FIELDS = ["header", "sector_type", "legs", "sectors", "dims", "flux", "blocks", 
 class Tensor:
     """A block-sparse tensor as stored: legs, flux, present blocks and their data."""
 
-    def __init__(self, sector_type, n_codomain, legs, flux, blocks, block_data):
+    def __init__(self, sector_type, n_codomain, legs, flux, blocks, block_data, dtype):
         self.sector_type = sector_type  # e.g. "U1", "Product(U1,Z2)"
         self.n_codomain = n_codomain
         self.legs = legs  # list of (direction +1/-1, [(sector words tuple, dim), ...])
         self.flux = flux  # tuple of uint32 words
         self.blocks = blocks  # list of segment-index tuples, one per present block
         self.block_data = block_data  # list of arrays, each of its block's shape
+        self.dtype = np.dtype(dtype)  # float64, complex128, ...
 
     def ranges(self, k):
         """The index ranges, one per leg, that block k occupies in the dense tensor."""
@@ -44,8 +45,7 @@ class Tensor:
     def dense(self):
         """The dense array (one axis per leg); zero outside the blocks."""
         shape = tuple(sum(d for _, d in leg[1]) for leg in self.legs)
-        dtype = self.block_data[0].dtype if self.block_data else np.float64
-        out = np.zeros(shape, dtype=dtype)
+        out = np.zeros(shape, dtype=self.dtype)
         for k, data in enumerate(self.block_data):
             out[self.ranges(k)] = data
         return out
@@ -54,7 +54,8 @@ class Tensor:
     def from_dense(cls, like, dense):
         """A tensor of `like`'s legs, flux and blocks whose data are cut out of `dense`."""
         data = [np.array(dense[like.ranges(k)]) for k in range(len(like.blocks))]
-        return cls(like.sector_type, like.n_codomain, like.legs, like.flux, like.blocks, data)
+        return cls(like.sector_type, like.n_codomain, like.legs, like.flux, like.blocks, data,
+                   like.dtype)
 
 
 def _tensor_from_arrays(name, get):
@@ -68,7 +69,8 @@ def _tensor_from_arrays(name, get):
     if crc != stored:
         raise ValueError(f"tensor {name}: checksum {crc:#010x} computed, {stored:#010x} stored")
     n_legs, n_codomain, words, n_blocks, n_elements = (int(x) for x in header[1:])
-    sectors, dims = get("sectors").reshape(-1, words), get("dims")
+    dims = get("dims")
+    sectors = get("sectors").reshape(len(dims), words)
     legs, at = [], 0
     for direction, n in get("legs").reshape(n_legs, 2):
         segs = [(tuple(int(w) for w in sectors[j]), int(dims[j])) for j in range(at, at + n)]
@@ -79,7 +81,7 @@ def _tensor_from_arrays(name, get):
     if len(data) != n_elements or int(offsets[-1]) != n_elements:
         raise ValueError(f"tensor {name}: {len(data)} elements, header says {n_elements}")
     t = Tensor(bytes(get("sector_type")).decode(), n_codomain, legs,
-               tuple(int(w) for w in get("flux")), blocks, [])
+               tuple(int(w) for w in get("flux")), blocks, [], data.dtype)
     for k in range(n_blocks):
         shape = tuple(legs[i][1][s][1] for i, s in enumerate(blocks[k]))
         chunk = data[int(offsets[k]):int(offsets[k + 1])]
@@ -87,10 +89,23 @@ def _tensor_from_arrays(name, get):
     return t
 
 
+def _h5_arrays(path):
+    import h5py  # only for .h5 files
+
+    arrays = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda k, v: arrays.__setitem__(k, v[()]) if isinstance(v, h5py.Dataset) else None)
+    return {k: np.atleast_1d(v) if np.ndim(v) == 0 and k == "tessera" else v for k, v in arrays.items()}
+
+
 def load(path):
-    """(tensors, meta): tensors by name, and the other arrays (strings decoded) by name."""
-    with np.load(path) as z:
-        arrays = {k: z[k] for k in z.files}
+    """(tensors, meta): tensors by name, and the other arrays (strings decoded) by name.
+    An .h5 path is read with h5py (complex data is the compound {r, i}), any other as npz."""
+    if str(path).endswith(".h5"):
+        arrays = _h5_arrays(path)
+    else:
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files}
     if "tessera" not in arrays or int(arrays["tessera"][0]) != VERSION:
         raise ValueError(f"{path}: not a Tessera checkpoint of version {VERSION}")
     del arrays["tessera"]
@@ -109,9 +124,8 @@ def _tensor_arrays(t):
     dims = [d for _, segs in t.legs for _, d in segs]
     sizes = [b.size for b in t.block_data]
     offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype("<i8")
-    dtype = t.block_data[0].dtype if t.block_data else np.dtype("<f8")
     data = (np.concatenate([b.reshape(-1, order="F") for b in t.block_data])
-            if t.block_data else np.zeros(0)).astype(dtype.newbyteorder("<"))
+            if t.block_data else np.zeros(0)).astype(t.dtype.newbyteorder("<"))
     a = {
         "header": np.array([VERSION, len(t.legs), t.n_codomain, words, len(t.blocks),
                             len(data)], dtype="<i8"),
@@ -134,7 +148,8 @@ def _tensor_arrays(t):
 def save(path, tensors, meta=None):
     """Writes tensors (name -> Tensor) and metadata (name -> array or str) to path.
 
-    np.savez writes stored (uncompressed) members, as the format requires. (Not atomic:
+    An .h5 path is written with h5py, any other as npz: np.savez writes stored
+    (uncompressed) members, as the format requires. (Not atomic:
     write to a temporary name and os.replace it for that.)
     """
     arrays = {"tessera": np.array([VERSION], dtype="<i8")}
@@ -143,6 +158,13 @@ def save(path, tensors, meta=None):
             arrays[f"{name}/{field}"] = a
     for k, v in (meta or {}).items():
         arrays[k] = np.frombuffer(v.encode(), dtype=np.uint8) if isinstance(v, str) else v
+    if str(path).endswith(".h5"):
+        import h5py
+
+        with h5py.File(path, "w") as f:
+            for k, v in arrays.items():
+                f.create_dataset(k, data=v)
+        return
     with open(path, "wb") as f:
         np.savez(f, **arrays)
 

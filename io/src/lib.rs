@@ -36,6 +36,8 @@
 #![deny(missing_docs)]
 
 mod codec;
+#[cfg(feature = "hdf5")]
+mod h5;
 mod npz;
 
 pub use codec::{Element, SectorCodec};
@@ -345,12 +347,39 @@ impl Checkpoint {
     ///
     /// [`Error::Io`] or [`Error::Archive`]; `path` is then unchanged.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        npz::write_atomic(path.as_ref(), &self.marked())
+    }
+
+    /// Like [`save`](Self::save), to an HDF5 file (feature `hdf5`): one dataset per array,
+    /// `/` in names making groups, complex numbers as the compound `{r, i}` h5py reads.
+    ///
+    /// # Errors
+    ///
+    /// As [`save`](Self::save); libhdf5's errors as [`Error::Archive`].
+    #[cfg(feature = "hdf5")]
+    pub fn save_h5(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        h5::write_atomic(path.as_ref(), &self.marked())
+    }
+
+    /// Like [`load`](Self::load), from an HDF5 file written by [`save_h5`](Self::save_h5)
+    /// (or h5py, following docs/FORMAT.md).
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Self::load).
+    #[cfg(feature = "hdf5")]
+    pub fn load_h5(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        Self::checked(path, h5::read(path)?)
+    }
+
+    fn marked(&self) -> BTreeMap<String, Array> {
         let mut arrays = self.arrays.clone();
         arrays.insert(
             MARKER.to_owned(),
             Array::new("<i8", vec![1], i64_bytes(&[FORMAT_VERSION])),
         );
-        npz::write_atomic(path.as_ref(), &arrays)
+        arrays
     }
 
     /// Reads the checkpoint at `path`. Tensors are decoded (and checked) by
@@ -363,7 +392,10 @@ impl Checkpoint {
     /// that is not a Tessera checkpoint of this version.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref();
-        let mut arrays = npz::read(path)?;
+        Self::checked(path, npz::read(path)?)
+    }
+
+    fn checked(path: &Path, mut arrays: BTreeMap<String, Array>) -> Result<Self, Error> {
         let marker = arrays.remove(MARKER).ok_or_else(|| Error::Missing {
             what: "format marker array",
             name: MARKER.to_owned(),

@@ -169,10 +169,28 @@ pub(crate) fn elem_size(descr: &str) -> Option<usize> {
 
 static TEMP: AtomicU64 = AtomicU64::new(0);
 
-/// Writes `arrays` as an npz archive at `path`, atomically: into a temporary file next to
-/// it, synced, renamed over `path`, and the directory synced. On error the temporary file
-/// is removed and `path` is untouched.
+/// Writes `arrays` as an npz archive at `path`, atomically (see [`atomic`]).
 pub(crate) fn write_atomic(path: &Path, arrays: &BTreeMap<String, Array>) -> Result<(), Error> {
+    atomic(path, |temp| {
+        let io = |e: std::io::Error| Error::Io {
+            path: temp.to_owned(),
+            source: e,
+        };
+        let file = File::create(temp).map_err(io)?;
+        let mut file = write_zip(BufWriter::with_capacity(1 << 20, file), arrays, path)?
+            .into_inner()
+            .map_err(|e| io(e.into_error()))?;
+        file.flush().map_err(io)
+    })
+}
+
+/// Runs `write` on a temporary path next to `path`, then syncs the temporary file, renames
+/// it over `path` and syncs the directory. On error the temporary file is removed and
+/// `path` is untouched.
+pub(crate) fn atomic(
+    path: &Path,
+    write: impl FnOnce(&Path) -> Result<(), Error>,
+) -> Result<(), Error> {
     let io = |e: std::io::Error| Error::Io {
         path: path.to_owned(),
         source: e,
@@ -191,13 +209,8 @@ pub(crate) fn write_atomic(path: &Path, arrays: &BTreeMap<String, Array>) -> Res
         TEMP.fetch_add(1, Ordering::Relaxed)
     ));
     let result = (|| {
-        let file = File::create(&temp).map_err(io)?;
-        let mut file = write_zip(BufWriter::with_capacity(1 << 20, file), arrays, path)?
-            .into_inner()
-            .map_err(|e| io(e.into_error()))?;
-        file.flush().map_err(io)?;
-        file.sync_all().map_err(io)?;
-        drop(file);
+        write(&temp)?;
+        File::open(&temp).and_then(|f| f.sync_all()).map_err(io)?;
         fs::rename(&temp, path).map_err(io)?;
         // The rename is durable once the directory entry is.
         #[cfg(unix)]
