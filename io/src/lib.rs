@@ -38,6 +38,8 @@
 mod codec;
 #[cfg(feature = "hdf5")]
 mod h5;
+#[cfg(feature = "ndarray")]
+pub mod nd;
 mod npz;
 
 pub use codec::{Element, SectorCodec};
