@@ -27,6 +27,7 @@ pub use tessera_blocks as blocks;
 pub use tessera_coalesce as coalesce;
 pub use tessera_contract as contract;
 pub use tessera_core as core;
+pub use tessera_io as io;
 
 mod error;
 pub use error::Error;
