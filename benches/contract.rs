@@ -480,9 +480,7 @@ fn on_the_device(c: &mut Criterion) {
         group.throughput(Throughput::Elements(plan.flops()));
         group.bench_function("tessera", |bch| {
             bch.iter(|| {
-                runtime
-                    .enter(|| mm.apply_into(&a, &b, &out))
-                    .unwrap();
+                runtime.enter(|| mm.apply_into(&a, &b, &out)).unwrap();
                 out.wait().unwrap();
                 dev.synchronize().unwrap();
             })
