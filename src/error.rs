@@ -39,6 +39,9 @@ pub enum Error {
     /// An error of a contraction spec, plan, submission or network.
     #[error(transparent)]
     Contract(tessera_contract::Error),
+    /// An error of saving or loading a checkpoint ([`crate::io`]).
+    #[error(transparent)]
+    Io(IoError),
     /// An error of the CUDA backend.
     #[cfg(feature = "cuda")]
     #[error(transparent)]
@@ -79,6 +82,27 @@ impl From<tessera_contract::Error> for Error {
             tessera_contract::Error::Coalesce(e) => e.into(),
             tessera_contract::Error::Runtime(e) => Error::Core(e),
             e => Error::Contract(e),
+        }
+    }
+}
+
+/// A checkpoint error ([`tessera_io::Error`]), shared so that [`Error`] stays `Clone` (an
+/// I/O error cannot be cloned); two are equal when they are the same error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct IoError(pub std::sync::Arc<tessera_io::Error>);
+
+impl PartialEq for IoError {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl From<tessera_io::Error> for Error {
+    fn from(e: tessera_io::Error) -> Self {
+        match e {
+            tessera_io::Error::Task(e) => Error::Core(e),
+            e => Error::Io(IoError(std::sync::Arc::new(e))),
         }
     }
 }
@@ -129,5 +153,24 @@ mod tests {
         assert_eq!(e.to_string(), spec.to_string());
         assert!(e.to_string().contains("expected"), "{e}");
         assert!(matches!(e, Error::Contract(_)));
+    }
+
+    /// A checkpoint that cannot be loaded converts with its message; a runtime error passed
+    /// on by a save is filed under the runtime.
+    #[test]
+    fn checkpoint_errors_convert_and_keep_their_message() {
+        let missing = std::env::temp_dir().join("tessera-error-test-no-such-file.npz");
+        let io = tessera_io::Checkpoint::load(&missing).unwrap_err();
+        let text = io.to_string();
+        let e = Error::from(io);
+        assert!(matches!(e, Error::Io(_)), "{e:?}");
+        assert_eq!(e.to_string(), text);
+        assert_eq!(e.clone(), e);
+
+        let core = tessera_core::Error::WaitOnWorker {
+            thread: "w0".into(),
+        };
+        let e = Error::from(tessera_io::Error::Task(core.clone()));
+        assert_eq!(e, Error::Core(core));
     }
 }

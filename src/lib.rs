@@ -30,7 +30,7 @@ pub use tessera_core as core;
 pub use tessera_io as io;
 
 mod error;
-pub use error::Error;
+pub use error::{Error, IoError};
 
 /// The names a first program needs: the tensor type and what builds its structure, the
 /// common sectors, contractions and networks, the factorizations and their truncation, the
