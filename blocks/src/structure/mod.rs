@@ -27,7 +27,7 @@
 //! structure: block ids `0..num_blocks()` number the present blocks in canonical order,
 //! lookups find only them, and absent blocks take no storage.
 //!
-//! # Layout (DESIGN.md section 4)
+//! # Layout (docs/ARCHITECTURE.md, the descriptor)
 //!
 //! One allocation, sector-major. For each coupled sector `c` that has a present block, in
 //! increasing order, one region follows the previous one. Its logical matrix has as rows the
