@@ -770,6 +770,7 @@ impl<T: Copy> StridedMut<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_testing::column_major_strides;
 
     #[test]
     fn allocation_is_aligned_zeroed_and_views_stay_inside() {
@@ -832,18 +833,6 @@ mod tests {
         assert!(SharedBuffer::<f64>::try_zeroed(0).unwrap().is_empty());
     }
 
-    /// The strides of a dense column-major layout of `dims`.
-    fn column_major(dims: &[usize]) -> Vec<isize> {
-        let mut acc = 1;
-        dims.iter()
-            .map(|&d| {
-                let s = acc;
-                acc *= d as isize;
-                s
-            })
-            .collect()
-    }
-
     /// A view cut along any axis, into any number of parts: the parts are non-empty, their
     /// extents along the axis add up, each holds the elements of its index range of the
     /// whole view (permuted and negative strides included); exclusive parts written on
@@ -854,7 +843,7 @@ mod tests {
         let n: usize = dims.iter().product();
         let buf = SharedBuffer::<u64>::from_fn(n, |k| k as u64);
         // Column-major, its axes reordered, and its last axis reversed (base at the far end).
-        let cm = column_major(&dims);
+        let cm = column_major_strides(&dims);
         let layouts: [(usize, Vec<usize>, Vec<isize>); 3] = [
             (0, dims.to_vec(), cm.clone()),
             (0, vec![4, 5, 3], vec![cm[1], cm[2], cm[0]]),
@@ -891,7 +880,7 @@ mod tests {
         // Exclusive parts, each written on a thread of its own.
         let out = SharedBuffer::<u64>::zeroed(n);
         // SAFETY: the full extent of a fresh buffer, which only this view reaches.
-        let view = unsafe { out.view_mut(0, &dims, &column_major(&dims)) };
+        let view = unsafe { out.view_mut(0, &dims, &column_major_strides(&dims)) };
         std::thread::scope(|scope| {
             for (i, mut part) in view.split_axis(1, 3).unwrap().into_iter().enumerate() {
                 scope.spawn(move || part.update(|_, v| v + i as u64 + 1));

@@ -105,6 +105,7 @@ mod tests {
     use super::*;
     use num_complex::Complex;
     use tessera_core::SharedBuffer;
+    use tessera_testing::{column_major_strides, unravel};
 
     /// A seeded xorshift generator (the backends have no random-number dependency).
     struct Rng(u64);
@@ -136,27 +137,6 @@ mod tests {
         (z.re.to_bits(), z.im.to_bits())
     }
 
-    /// Column-major strides of `dims`.
-    fn column_major(dims: &[usize]) -> Vec<isize> {
-        let mut s = Vec::with_capacity(dims.len());
-        let mut acc = 1_isize;
-        for &d in dims {
-            s.push(acc);
-            acc *= d as isize;
-        }
-        s
-    }
-
-    fn unravel(mut k: usize, dims: &[usize]) -> Vec<usize> {
-        dims.iter()
-            .map(|&d| {
-                let i = k % d;
-                k /= d;
-                i
-            })
-            .collect()
-    }
-
     /// A block view (`dims`, at a random corner) inside a larger column-major parent, as a
     /// block sits inside its sector matrix: the offset and strides of the sub-box.
     fn sub_box(rng: &mut Rng, dims: &[usize]) -> (usize, Vec<usize>, Vec<isize>) {
@@ -164,7 +144,7 @@ mod tests {
             .iter()
             .map(|&d| d + if rng.below(2) == 0 { 0 } else { rng.below(9) })
             .collect();
-        let strides = column_major(&parent);
+        let strides = column_major_strides(&parent);
         let offset = dims
             .iter()
             .zip(&parent)

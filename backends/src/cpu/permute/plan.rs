@@ -494,6 +494,7 @@ fn assign_with<T: Copy, U: Copy>(
 mod tests {
     use super::*;
     use tessera_core::{SharedBuffer, Zeroable, for_each_offset};
+    use tessera_testing::column_major_strides;
     /// One plan, run at several base pointers (blocks of one layout at different places),
     /// gives what `assign` gives through views there; a plan of no elements writes nothing.
     #[test]
@@ -677,17 +678,6 @@ mod tests {
         }
     }
 
-    /// The strides of a dense column-major layout of `dims`.
-    fn column_major(dims: &[usize]) -> Vec<isize> {
-        let mut acc = 1;
-        dims.iter()
-            .map(|&d| {
-                let s = acc;
-                acc *= d as isize;
-                s
-            })
-            .collect()
-    }
     /// A plan cut into parts: the parts cover every element once (their lengths add up,
     /// and run one after another they write exactly what the whole plan writes), for
     /// transposes, batched transposes and plain copies, along every kind of axis.
@@ -709,9 +699,9 @@ mod tests {
             let src = SharedBuffer::<u64>::from_fn(n, |k| k as u64 * 7 + 1);
             for perm in [[1, 0, 2, 3], [0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]] {
                 let pdims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
-                let sstrides = column_major(&dims);
+                let sstrides = column_major_strides(&dims);
                 let pstrides: Vec<isize> = perm.iter().map(|&p| sstrides[p]).collect();
-                let plan = CopyPlan::new(&pdims, &column_major(&pdims), &pstrides);
+                let plan = CopyPlan::new(&pdims, &column_major_strides(&pdims), &pstrides);
                 let run = |parts: &[(CopyPlan, isize, isize)]| {
                     let dst = SharedBuffer::<u64>::zeroed(n);
                     for (part, d, s) in parts {
@@ -749,7 +739,7 @@ mod tests {
         let n: usize = dims.iter().product();
         let src_buf = SharedBuffer::<u64>::zeroed(n);
         // SAFETY: full-extent views of fresh buffers; this test is their sole user.
-        let mut src = unsafe { src_buf.view_mut(0, &dims, &column_major(&dims)) };
+        let mut src = unsafe { src_buf.view_mut(0, &dims, &column_major_strides(&dims)) };
         src.update(|k, _| k as u64 * 3 + 1);
         for perm in [
             [0, 1, 2, 3],
@@ -761,7 +751,7 @@ mod tests {
             let pdims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
             let dst_buf = SharedBuffer::<u64>::zeroed(n);
             // SAFETY: as above.
-            let mut dst = unsafe { dst_buf.view_mut(0, &pdims, &column_major(&pdims)) };
+            let mut dst = unsafe { dst_buf.view_mut(0, &pdims, &column_major_strides(&pdims)) };
             let view = src.as_ref();
             let permuted = view.permute_axes(&perm).unwrap();
             assert!(assign_map(&mut dst, &permuted, |x| x + 1));
