@@ -8,13 +8,10 @@ use rand_chacha::ChaCha8Rng;
 use std::process::Command;
 use tessera_blocks::testing::{random_mask, random_structure};
 use tessera_blocks::{AsyncArray, Product, Trivial, U1, Z2};
-use tessera_io::{Checkpoint, Element};
+use tessera_io::Checkpoint;
 
-fn bytes<T: Element>(v: &[T]) -> Vec<u8> {
-    let mut out = Vec::new();
-    T::put(v, &mut out);
-    out
-}
+mod common;
+use common::{assert_holds, bytes};
 
 #[test]
 fn hdf5_round_trips_and_python_reads_it() {
@@ -42,22 +39,10 @@ fn hdf5_round_trips_and_python_reads_it() {
     ck.put_str("note", "h5");
     let check = |back: &Checkpoint| {
         for (k, a) in reals.iter().enumerate() {
-            let got = back.tensor::<f64, U1>(&format!("u1/{k}")).unwrap();
-            assert_eq!(got.structure(), a.structure());
-            assert_eq!(
-                bytes(&got.to_dense().unwrap()),
-                bytes(&a.to_dense().unwrap())
-            );
+            assert_holds(back, &format!("u1/{k}"), a);
         }
         for (k, z) in complexes.iter().enumerate() {
-            let got = back
-                .tensor::<Complex64, Product<U1, Z2>>(&format!("prod/{k}"))
-                .unwrap();
-            assert_eq!(got.structure(), z.structure());
-            assert_eq!(
-                bytes(&got.to_dense().unwrap()),
-                bytes(&z.to_dense().unwrap())
-            );
+            assert_holds(back, &format!("prod/{k}"), z);
         }
         for (k, t) in tilings.iter().enumerate() {
             let got = back.tensor::<f64, Trivial>(&format!("tiled/{k}")).unwrap();

@@ -9,13 +9,10 @@ use rand_chacha::ChaCha8Rng;
 use std::process::Command;
 use tessera_blocks::testing::random_structure;
 use tessera_blocks::{AsyncArray, Product, U1, Z2};
-use tessera_io::{Checkpoint, Element};
+use tessera_io::Checkpoint;
 
-fn bytes<T: Element>(v: &[T]) -> Vec<u8> {
-    let mut out = Vec::new();
-    T::put(v, &mut out);
-    out
-}
+mod common;
+use common::assert_holds;
 
 #[test]
 fn python_reads_and_writes_back_bit_exact() {
@@ -68,22 +65,10 @@ fn python_reads_and_writes_back_bit_exact() {
     println!("{}", String::from_utf8_lossy(&out.stdout));
     let back = Checkpoint::load(&b).unwrap();
     for (k, a) in reals.iter().enumerate() {
-        let got = back.tensor::<f64, U1>(&format!("u1/{k}")).unwrap();
-        assert_eq!(got.structure(), a.structure());
-        assert_eq!(
-            bytes(&got.to_dense().unwrap()),
-            bytes(&a.to_dense().unwrap())
-        );
+        assert_holds(&back, &format!("u1/{k}"), a);
     }
     for (k, z) in complexes.iter().enumerate() {
-        let got = back
-            .tensor::<Complex64, Product<U1, Z2>>(&format!("prod/{k}"))
-            .unwrap();
-        assert_eq!(got.structure(), z.structure());
-        assert_eq!(
-            bytes(&got.to_dense().unwrap()),
-            bytes(&z.to_dense().unwrap())
-        );
+        assert_holds(&back, &format!("prod/{k}"), z);
     }
     assert_eq!(back.f64s("energies").unwrap(), [-0.4431471805599453]);
     assert_eq!(back.string("note").unwrap(), "from Rust");
