@@ -42,6 +42,9 @@ pub enum Error {
     /// An error of saving or loading a checkpoint ([`crate::io`]).
     #[error(transparent)]
     Io(IoError),
+    /// An error of a matrix-product chain or algorithm ([`crate::mps`]).
+    #[error(transparent)]
+    Mps(tessera_mps::Error),
     /// An error of the CUDA backend.
     #[cfg(feature = "cuda")]
     #[error(transparent)]
@@ -88,21 +91,26 @@ impl From<tessera_contract::Error> for Error {
 
 /// A checkpoint error ([`tessera_io::Error`]), shared so that [`Error`] stays `Clone` (an
 /// I/O error cannot be cloned); two are equal when they are the same error.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error(transparent)]
-pub struct IoError(pub std::sync::Arc<tessera_io::Error>);
-
-impl PartialEq for IoError {
-    fn eq(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &other.0)
-    }
-}
+pub use tessera_io::SharedError as IoError;
 
 impl From<tessera_io::Error> for Error {
     fn from(e: tessera_io::Error) -> Self {
         match e {
             tessera_io::Error::Task(e) => Error::Core(e),
             e => Error::Io(IoError(std::sync::Arc::new(e))),
+        }
+    }
+}
+
+impl From<tessera_mps::Error> for Error {
+    fn from(e: tessera_mps::Error) -> Self {
+        match e {
+            tessera_mps::Error::Core(e) => Error::Core(e),
+            tessera_mps::Error::Blocks(e) => e.into(),
+            tessera_mps::Error::Coalesce(e) => e.into(),
+            tessera_mps::Error::Contract(e) => e.into(),
+            tessera_mps::Error::Io(e) => Error::Io(e),
+            e => Error::Mps(e),
         }
     }
 }

@@ -28,6 +28,7 @@ pub use tessera_coalesce as coalesce;
 pub use tessera_contract as contract;
 pub use tessera_core as core;
 pub use tessera_io as io;
+pub use tessera_mps as mps;
 
 mod error;
 pub use error::{Error, IoError};

@@ -57,6 +57,25 @@ pub const FORMAT_VERSION: i64 = 1;
 /// The name of the array that marks a file as a Tessera checkpoint.
 const MARKER: &str = "tessera";
 
+/// A checkpoint [`Error`] behind an `Arc`, so that error types which must be `Clone` and
+/// `PartialEq` (the facade's, the MPS layer's) can hold one (an OS error can be neither); two
+/// are equal when they are the same error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct SharedError(pub std::sync::Arc<Error>);
+
+impl PartialEq for SharedError {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl From<Error> for SharedError {
+    fn from(e: Error) -> Self {
+        SharedError(std::sync::Arc::new(e))
+    }
+}
+
 /// What can go wrong saving or loading: each variant names what was expected and what was
 /// found.
 #[derive(Debug, thiserror::Error)]
