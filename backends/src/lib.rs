@@ -11,7 +11,9 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod layout;
 mod scalar;
 
+pub use layout::MatLayout;
 pub use scalar::{Field, Real, Scalar};
 pub use tessera_core::Domain;

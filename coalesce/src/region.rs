@@ -12,7 +12,7 @@
 
 use faer::{MatMut, MatRef};
 use std::sync::Arc;
-use tessera_backends::Scalar;
+use tessera_backends::{MatLayout, Scalar};
 use tessera_core::{Alias, Domain, Region, SharedBuffer};
 
 /// A column-major matrix inside an array's allocation: a coupled sector's matrix, or a
@@ -20,10 +20,7 @@ use tessera_core::{Alias, Domain, Region, SharedBuffer};
 #[derive(Clone, Debug)]
 pub struct SectorRegion<T> {
     buffer: Arc<SharedBuffer<T>>,
-    offset: usize,
-    rows: usize,
-    cols: usize,
-    ld: usize,
+    layout: MatLayout,
 }
 
 /// A coalesced view: a matrix region and the composite of the records of the blocks it
@@ -40,48 +37,38 @@ impl<T: Scalar> SectorRegion<T> {
         cols: usize,
         ld: usize,
     ) -> Option<Self> {
-        let rect = Rect::checked(&buffer, offset, rows, cols, ld)?;
-        Some(Self::from_rect(buffer, rect))
+        let layout = MatLayout::inside(buffer.len(), offset, rows, cols, ld)?;
+        Some(Self::from_layout(buffer, layout))
     }
 
-    /// The region of a rectangle checked against `buffer`.
-    pub(crate) fn from_rect(buffer: Arc<SharedBuffer<T>>, rect: Rect) -> Self {
-        Self {
-            buffer,
-            offset: rect.offset,
-            rows: rect.rows,
-            cols: rect.cols,
-            ld: rect.ld,
-        }
+    /// The region of a layout checked against `buffer` ([`MatLayout::inside`] its length).
+    pub(crate) fn from_layout(buffer: Arc<SharedBuffer<T>>, layout: MatLayout) -> Self {
+        Self { buffer, layout }
     }
 
-    fn rect(&self) -> Rect {
-        Rect {
-            offset: self.offset,
-            rows: self.rows,
-            cols: self.cols,
-            ld: self.ld,
-        }
+    /// Where the matrix lies in the allocation.
+    pub fn layout(&self) -> MatLayout {
+        self.layout
     }
 
     /// Rows of the matrix.
     pub fn rows(&self) -> usize {
-        self.rows
+        self.layout.rows
     }
 
     /// Columns of the matrix.
     pub fn cols(&self) -> usize {
-        self.cols
+        self.layout.cols
     }
 
     /// Where the matrix starts in the allocation.
     pub fn offset(&self) -> usize {
-        self.offset
+        self.layout.offset
     }
 
     /// The leading dimension: how far apart columns start (the sector's row count).
     pub fn ld(&self) -> usize {
-        self.ld
+        self.layout.ld
     }
 
     /// Where the allocation lives.
@@ -95,87 +82,38 @@ impl<T: Scalar> SectorRegion<T> {
     }
 }
 
-/// A column-major matrix descriptor inside an allocation: offset, rows, columns, leading
-/// dimension.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Rect {
-    offset: usize,
-    rows: usize,
-    cols: usize,
-    ld: usize,
+/// The shared matrix view of `layout` in `buffer`.
+///
+/// # Safety
+///
+/// `layout` was checked against `buffer` ([`MatLayout::inside`] its length); the caller holds
+/// read grants of the records covering it for `'a`.
+unsafe fn resolve<'a, T: Scalar>(layout: &MatLayout, buffer: &'a SharedBuffer<T>) -> MatRef<'a, T> {
+    // SAFETY: `offset <= len` (checked), so the pointer stays inside the allocation.
+    let ptr = unsafe { buffer.as_ptr().add(layout.offset) };
+    // SAFETY: `ptr` is element (0, 0) of the checked `rows x cols` matrix with row stride 1
+    // and column stride `ld`, inside the allocation `buffer` keeps alive for `'a`; the
+    // caller's read grants keep writers away for `'a`.
+    unsafe { MatRef::from_raw_parts(ptr, layout.rows, layout.cols, 1, layout.ld as isize) }
 }
 
-impl Rect {
-    /// The rectangle, or `None` when it does not lie inside `buffer` or its columns would
-    /// overlap.
-    pub(crate) fn checked<T: Scalar>(
-        buffer: &SharedBuffer<T>,
-        offset: usize,
-        rows: usize,
-        cols: usize,
-        ld: usize,
-    ) -> Option<Self> {
-        Self::inside(buffer.len(), offset, rows, cols, ld)
-    }
-
-    /// The rectangle, or `None` when it does not lie inside the first `len` elements of an
-    /// allocation or its columns would overlap (the check [`checked`](Rect::checked) makes
-    /// against a buffer of that length).
-    pub(crate) fn inside(
-        len: usize,
-        offset: usize,
-        rows: usize,
-        cols: usize,
-        ld: usize,
-    ) -> Option<Self> {
-        let fits = if rows == 0 || cols == 0 {
-            offset <= len
-        } else {
-            // The last element, (rows - 1) + (cols - 1) * ld past `offset`, lies inside.
-            (cols - 1)
-                .checked_mul(ld)
-                .and_then(|x| x.checked_add(rows - 1))
-                .and_then(|x| x.checked_add(offset))
-                .is_some_and(|last| last < len)
-        };
-        (fits && (ld >= rows || cols <= 1)).then_some(Self {
-            offset,
-            rows,
-            cols,
-            ld,
-        })
-    }
-
-    /// The shared matrix view.
-    ///
-    /// # Safety
-    ///
-    /// `self` was checked against `buffer` ([`Rect::checked`]); the caller holds read grants
-    /// of the records covering it for `'a`.
-    unsafe fn resolve<'a, T: Scalar>(&self, buffer: &'a SharedBuffer<T>) -> MatRef<'a, T> {
-        // SAFETY: `offset <= len` (checked), so the pointer stays inside the allocation.
-        let ptr = unsafe { buffer.as_ptr().add(self.offset) };
-        // SAFETY: `ptr` is element (0, 0) of the checked `rows x cols` matrix with row stride 1
-        // and column stride `ld`, inside the allocation `buffer` keeps alive for `'a`; the
-        // caller's read grants keep writers away for `'a`.
-        unsafe { MatRef::from_raw_parts(ptr, self.rows, self.cols, 1, self.ld as isize) }
-    }
-
-    /// The exclusive matrix view.
-    ///
-    /// # Safety
-    ///
-    /// As [`Rect::resolve`], with write grants, and no other view of these elements may live
-    /// during `'a`.
-    unsafe fn resolve_mut<'a, T: Scalar>(&self, buffer: &'a SharedBuffer<T>) -> MatMut<'a, T> {
-        // SAFETY: `offset <= len` (checked). The base pointer carries the allocation's
-        // (writable) provenance: the buffer hands out shared and exclusive views alike from it.
-        let ptr = unsafe { buffer.as_ptr().add(self.offset) }.cast_mut();
-        // SAFETY: `ptr` is element (0, 0) of the checked `rows x cols` matrix with row stride 1
-        // and column stride `ld`; columns do not overlap (`ld >= rows`), so distinct indices
-        // reach distinct elements; the caller's write grants make it exclusive for `'a`.
-        unsafe { MatMut::from_raw_parts_mut(ptr, self.rows, self.cols, 1, self.ld as isize) }
-    }
+/// The exclusive matrix view of `layout` in `buffer`.
+///
+/// # Safety
+///
+/// As [`resolve`], with write grants, and no other view of these elements may live during
+/// `'a`.
+unsafe fn resolve_mut<'a, T: Scalar>(
+    layout: &MatLayout,
+    buffer: &'a SharedBuffer<T>,
+) -> MatMut<'a, T> {
+    // SAFETY: `offset <= len` (checked). The base pointer carries the allocation's
+    // (writable) provenance: the buffer hands out shared and exclusive views alike from it.
+    let ptr = unsafe { buffer.as_ptr().add(layout.offset) }.cast_mut();
+    // SAFETY: `ptr` is element (0, 0) of the checked `rows x cols` matrix with row stride 1
+    // and column stride `ld`; columns do not overlap (`ld >= rows`), so distinct indices
+    // reach distinct elements; the caller's write grants make it exclusive for `'a`.
+    unsafe { MatMut::from_raw_parts_mut(ptr, layout.rows, layout.cols, 1, layout.ld as isize) }
 }
 
 // SAFETY: the region reaches only the `rows x cols` matrix at `offset` with leading dimension
@@ -188,13 +126,13 @@ unsafe impl<T: Scalar> Region for SectorRegion<T> {
     unsafe fn resolve(&self) -> tessera_core::Result<MatRef<'_, T>> {
         // SAFETY: the rectangle was checked in `new`; the caller holds read grants of the
         // records covering the matrix.
-        Ok(unsafe { self.rect().resolve(&self.buffer) })
+        Ok(unsafe { resolve(&self.layout, &self.buffer) })
     }
 
     unsafe fn resolve_mut(&self) -> tessera_core::Result<MatMut<'_, T>> {
         // SAFETY: as above, with write grants; the returned view is the only one made from
         // this resolution.
-        Ok(unsafe { self.rect().resolve_mut(&self.buffer) })
+        Ok(unsafe { resolve_mut(&self.layout, &self.buffer) })
     }
 }
 
@@ -204,32 +142,33 @@ unsafe impl<T: Scalar> Region for SectorRegion<T> {
 #[derive(Clone, Debug)]
 pub struct SectorsRegion<T> {
     buffer: Arc<SharedBuffer<T>>,
-    rects: Arc<[Rect]>,
+    layouts: Arc<[MatLayout]>,
 }
 
 /// A coalesced view of several sector matrices at once.
 pub type SectorsAlias<T> = Alias<SectorsRegion<T>>;
 
 impl<T: Scalar> SectorsRegion<T> {
-    /// The matrices `rects`, each checked against `buffer` ([`Rect::checked`]).
-    pub(crate) fn new(buffer: Arc<SharedBuffer<T>>, rects: Vec<Rect>) -> Self {
-        Self::shared(buffer, rects.into())
+    /// The matrices `layouts`, each checked against `buffer` ([`MatLayout::inside`] its
+    /// length).
+    pub(crate) fn new(buffer: Arc<SharedBuffer<T>>, layouts: Vec<MatLayout>) -> Self {
+        Self::shared(buffer, layouts.into())
     }
 
     /// Like [`new`](SectorsRegion::new), sharing an existing list of matrices: each was
-    /// checked against a length the buffer has ([`Rect::inside`]).
-    pub(crate) fn shared(buffer: Arc<SharedBuffer<T>>, rects: Arc<[Rect]>) -> Self {
-        Self { buffer, rects }
+    /// checked against a length the buffer has ([`MatLayout::inside`]).
+    pub(crate) fn shared(buffer: Arc<SharedBuffer<T>>, layouts: Arc<[MatLayout]>) -> Self {
+        Self { buffer, layouts }
     }
 
     /// How many matrices.
     pub fn len(&self) -> usize {
-        self.rects.len()
+        self.layouts.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.rects.is_empty()
+        self.layouts.is_empty()
     }
 }
 
@@ -254,7 +193,7 @@ impl<'a, T: Scalar> Matrices<'a, T> {
         // SAFETY: every rectangle was checked against the buffer when its sector region was
         // made; a `Matrices` exists only inside a resolution whose read grants cover all of
         // them for `'a`.
-        unsafe { self.region.rects[i].resolve(&self.region.buffer) }
+        unsafe { resolve(&self.region.layouts[i], &self.region.buffer) }
     }
 }
 
@@ -279,7 +218,7 @@ impl<T: Scalar> MatricesMut<'_, T> {
     pub fn get_mut(&mut self, i: usize) -> MatMut<'_, T> {
         // SAFETY: checked rectangles as in `Matrices::get`, under write grants; `&mut self`
         // keeps any other view made through `self` from living at the same time.
-        unsafe { self.region.rects[i].resolve_mut(&self.region.buffer) }
+        unsafe { resolve_mut(&self.region.layouts[i], &self.region.buffer) }
     }
 }
 

@@ -8,11 +8,11 @@
 
 use crate::error::Error;
 use crate::gather::{BlockSet, GatheredBlocks};
-use crate::region::{Rect, SectorAlias, SectorRegion, SectorsAlias, SectorsRegion};
+use crate::region::{SectorAlias, SectorRegion, SectorsAlias, SectorsRegion};
 use smallvec::SmallVec;
 use std::ops::Range;
 use std::sync::Arc;
-use tessera_backends::Scalar;
+use tessera_backends::{MatLayout, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure};
 use tessera_core::{Alias, HazardSet};
 
@@ -147,7 +147,7 @@ impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
     type Sector = S;
 
     fn sector(&self, c: usize) -> Result<SectorAlias<T>, Error> {
-        let region = SectorRegion::from_rect(Arc::clone(self.buffer()), sector_rect(self, c)?);
+        let region = SectorRegion::from_layout(Arc::clone(self.buffer()), sector_layout(self, c)?);
         let hazards = self.hazards_of_ranges([self.structure().sectors()[c].blocks()])?;
         // SAFETY: a dense sector's matrix holds exactly the elements of the sector's blocks
         // (the structure's layout), and `hazards` holds every one of their records; no other
@@ -160,13 +160,13 @@ impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
     }
 
     fn sectors(&self, cs: &[usize]) -> Result<SectorsAlias<T>, Error> {
-        let rects = cs
+        let layouts = cs
             .iter()
-            .map(|&c| sector_rect(self, c))
+            .map(|&c| sector_layout(self, c))
             .collect::<Result<Vec<_>, _>>()?;
         let sectors = self.structure().sectors();
         let hazards = self.hazards_of_ranges(cs.iter().map(|&c| sectors[c].blocks()))?;
-        let region = SectorsRegion::new(Arc::clone(self.buffer()), rects);
+        let region = SectorsRegion::new(Arc::clone(self.buffer()), layouts);
         // SAFETY: each dense sector's matrix holds exactly the elements of that sector's
         // blocks, and `hazards` holds the records of every block of every listed sector.
         Ok(unsafe { Alias::from_parts(region, hazards) })
@@ -191,7 +191,7 @@ impl<T: Scalar, S: AbelianSector> Coalesce<T> for AsyncArray<T, S> {
             .iter()
             .map(|batch| {
                 let region =
-                    SectorsRegion::shared(Arc::clone(self.buffer()), Arc::clone(&batch.rects));
+                    SectorsRegion::shared(Arc::clone(self.buffer()), Arc::clone(&batch.layouts));
                 let hazards = self
                     .hazards_of_ranges(batch.blocks.iter().cloned())
                     .expect("a batch's blocks are blocks of its structure");
@@ -261,7 +261,7 @@ pub struct SectorBatches<S: AbelianSector> {
 
 #[derive(Clone, Debug)]
 struct Batch {
-    rects: Arc<[Rect]>,
+    layouts: Arc<[MatLayout]>,
     /// The blocks of the batch's sectors, consecutive ranges merged.
     blocks: SmallVec<[Range<usize>; 2]>,
 }
@@ -282,10 +282,10 @@ impl<S: AbelianSector> SectorBatches<S> {
         let batches = batches
             .into_iter()
             .map(|cs| {
-                let rects = cs
+                let layouts = cs
                     .iter()
-                    .map(|&c| dense_sector_rect(structure, len, c))
-                    .collect::<Result<Arc<[Rect]>, _>>()?;
+                    .map(|&c| dense_sector_layout(structure, len, c))
+                    .collect::<Result<Arc<[MatLayout]>, _>>()?;
                 let mut blocks: SmallVec<[Range<usize>; 2]> = SmallVec::new();
                 for &c in cs {
                     let r = structure.sectors()[c].blocks();
@@ -294,7 +294,7 @@ impl<S: AbelianSector> SectorBatches<S> {
                         _ => blocks.push(r),
                     }
                 }
-                Ok(Batch { rects, blocks })
+                Ok(Batch { layouts, blocks })
             })
             .collect::<Result<_, Error>>()?;
         Ok(Self {
@@ -320,11 +320,11 @@ impl<S: AbelianSector> SectorBatches<S> {
 }
 
 /// The matrix of dense coupled sector `c` of `structure`, inside `len` elements.
-fn dense_sector_rect<S: AbelianSector>(
+fn dense_sector_layout<S: AbelianSector>(
     structure: &BlockStructure<S>,
     len: usize,
     c: usize,
-) -> Result<Rect, Error> {
+) -> Result<MatLayout, Error> {
     let sectors = structure.sectors();
     let sector = sectors.get(c).ok_or(Error::UnknownSector {
         sector: c,
@@ -338,7 +338,7 @@ fn dense_sector_rect<S: AbelianSector>(
             cols: sector.cols(),
         });
     }
-    Ok(Rect::inside(
+    Ok(MatLayout::inside(
         len,
         sector.offset(),
         sector.rows(),
@@ -349,11 +349,11 @@ fn dense_sector_rect<S: AbelianSector>(
 }
 
 /// The matrix of dense coupled sector `c`, checked against the allocation.
-fn sector_rect<T: Scalar, S: AbelianSector>(
+fn sector_layout<T: Scalar, S: AbelianSector>(
     array: &AsyncArray<T, S>,
     c: usize,
-) -> Result<Rect, Error> {
-    dense_sector_rect(array.structure(), array.buffer().len(), c)
+) -> Result<MatLayout, Error> {
+    dense_sector_layout(array.structure(), array.buffer().len(), c)
 }
 
 /// The composite of the records of blocks `ids`.

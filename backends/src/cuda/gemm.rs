@@ -1,6 +1,6 @@
 //! cuBLAS GEMM over column-major matrices in device buffers.
 //!
-//! Owns: [`MatLayout`], [`DeviceMat`], [`DeviceMatMut`], [`Op`], [`StridedBatch`], and
+//! Owns: [`DeviceMat`], [`DeviceMatMut`], [`Op`], [`StridedBatch`], and
 //! [`CudaDevice::gemm`] / [`CudaDevice::gemm_strided_batched`]. Invariant: cuBLAS is called
 //! only after every operand's layout was checked to lie within its buffer (leading dim at least
 //! max(1, rows), every batch member inside, C matrices of a batch apart), every buffer was
@@ -15,52 +15,9 @@ use cudarc::cublas::{GemmConfig, StridedBatchedConfig};
 use cudarc::driver::CudaView;
 use std::ffi::{c_int, c_longlong};
 
-/// Where a column-major matrix lies in a buffer: `rows x cols` from element `offset`, with
-/// consecutive columns `ld` elements apart (cuBLAS's leading dimension).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MatLayout {
-    /// The element the matrix starts at.
-    pub offset: usize,
-    /// Rows of the stored matrix.
-    pub rows: usize,
-    /// Columns of the stored matrix.
-    pub cols: usize,
-    /// Elements between consecutive columns; at least `max(1, rows)`.
-    pub ld: usize,
-}
+pub use crate::layout::MatLayout;
 
 impl MatLayout {
-    /// A dense `rows x cols` matrix from element 0 (`ld = max(1, rows)`).
-    pub fn contiguous(rows: usize, cols: usize) -> Self {
-        Self {
-            offset: 0,
-            rows,
-            cols,
-            ld: rows.max(1),
-        }
-    }
-
-    /// The elements the matrix spans from `offset`: `(cols - 1) * ld + rows`, or 0 for an
-    /// empty matrix; `None` on overflow.
-    pub fn extent(&self) -> Option<usize> {
-        if self.rows == 0 || self.cols == 0 {
-            return Some(0);
-        }
-        (self.cols - 1).checked_mul(self.ld)?.checked_add(self.rows)
-    }
-
-    /// The contiguous element ranges the matrix covers, in order: one for a matrix whose
-    /// columns abut (`ld == rows`), else one per column; none for an empty matrix.
-    pub fn runs(&self) -> impl Iterator<Item = std::ops::Range<usize>> + use<> {
-        let (count, len, step) = match (self.rows, self.cols) {
-            (0, _) | (_, 0) => (0, 0, 0),
-            _ if self.ld == self.rows => (1, self.rows * self.cols, 0),
-            _ => (self.cols, self.rows, self.ld),
-        };
-        let offset = self.offset;
-        (0..count).map(move |j| offset + j * step..offset + j * step + len)
-    }
-
     /// The dims of `op(self)`.
     pub(super) fn op_dims(&self, op: Op) -> (usize, usize) {
         match op {
