@@ -186,7 +186,9 @@ pub(crate) fn write_atomic(path: &Path, arrays: &BTreeMap<String, Array>) -> Res
 
 /// Runs `write` on a temporary path next to `path`, then syncs the temporary file, renames
 /// it over `path` and syncs the directory. On error the temporary file is removed and
-/// `path` is untouched.
+/// `path` is untouched. After a successful save, the temporary files of earlier saves of
+/// `path` by processes that no longer run (killed mid-save) are removed
+/// ([`remove_stale_temps`]).
 pub(crate) fn atomic(
     path: &Path,
     write: impl FnOnce(&Path) -> Result<(), Error>,
@@ -202,9 +204,9 @@ pub(crate) fn atomic(
     let name = path
         .file_name()
         .ok_or_else(|| io(std::io::Error::other("the path names no file")))?;
+    let prefix = temp_prefix(name);
     let temp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        name.to_string_lossy(),
+        "{prefix}{}-{}",
         std::process::id(),
         TEMP.fetch_add(1, Ordering::Relaxed)
     ));
@@ -219,8 +221,46 @@ pub(crate) fn atomic(
     })();
     if result.is_err() {
         let _ = fs::remove_file(&temp);
+    } else {
+        remove_stale_temps(&dir, &prefix);
     }
     result
+}
+
+/// The start of the names of the temporary files of saves of the file `name`:
+/// `.{name}.tmp-`, followed by the saving process's id and a counter.
+fn temp_prefix(name: &std::ffi::OsStr) -> String {
+    format!(".{}.tmp-", name.to_string_lossy())
+}
+
+/// Removes the temporary files in `dir` named `{prefix}{pid}-{n}` whose process `pid` is not
+/// running: what a save killed between creating and renaming its file left behind. Best
+/// effort and conservative: only where the system lists its processes (`/proc`), never this
+/// process's files (another thread may be saving), and a file whose id was reused by a live
+/// process stays.
+fn remove_stale_temps(dir: &Path, prefix: &str) {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let me = std::process::id();
+    for entry in entries.filter_map(Result::ok) {
+        let file = entry.file_name();
+        let Some(pid) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(prefix))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<u32>().ok()))
+        else {
+            continue;
+        };
+        if pid != me && !proc.join(pid.to_string()).exists() {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 fn write_zip<W: Write + Seek>(

@@ -80,5 +80,25 @@ fn a_save_killed_midway_leaves_the_previous_checkpoint() {
         tensor(seed, dim).to_blocks().unwrap()
     );
     println!("killed mid-save; loaded the intact checkpoint of seed {seed}");
+
+    // The next save removes the killed child's temporary file (its process is gone) and
+    // leaves a file of a live process alone (this one's id stands for one).
+    let live = dir.join(format!(".state.npz.tmp-{}-999", std::process::id()));
+    std::fs::write(&live, b"another save in flight").unwrap();
+    save(&path, 7, 10);
+    if Path::new("/proc/self").exists() {
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|f| f.contains(".tmp-"))
+            .collect();
+        assert_eq!(
+            left,
+            [live.file_name().unwrap().to_string_lossy()],
+            "{left:?}"
+        );
+    }
+    assert_eq!(Checkpoint::load(&path).unwrap().i64s("seed").unwrap()[0], 7);
     std::fs::remove_dir_all(&dir).unwrap();
 }
