@@ -326,8 +326,7 @@ pub fn svd<T: Field, S: AbelianSector>(
         .map(|p| p.with(|o| o.s.clone()))
         .collect::<Result<_, _>>()
         .map_err(own_failure)?;
-    let total_weight = values.iter().flatten().map(|s| s * s).sum();
-    let (kept, discarded_weight) = truncation.select(&values);
+    let (kept, discarded_weight, total_weight) = truncation.select(&values);
     let structure = a.structure();
     let labels: Vec<S> = structure
         .sectors()

@@ -72,9 +72,15 @@ impl Truncation {
         Ok(())
     }
 
-    /// How many values each sector keeps, and the discarded weight (sum of the squares of
-    /// the discarded values). `values[c]` are sector `c`'s singular values, non-increasing.
-    pub(crate) fn select(&self, values: &[Vec<f64>]) -> (Vec<usize>, f64) {
+    /// How many values each sector keeps, the discarded weight (sum of the squares of the
+    /// discarded values) and the total weight (of all values). `values[c]` are sector `c`'s
+    /// singular values, non-increasing.
+    ///
+    /// The weights are summed in units of the largest value, so the decision depends only on
+    /// the values' ratios: values near `1e200` or `1e-200`, whose squares overflow or vanish
+    /// in `f64`, are truncated as their rescaled copies are. The weights returned are then
+    /// scaled back (infinite only when the true weight exceeds `f64`'s range).
+    pub(crate) fn select(&self, values: &[Vec<f64>]) -> (Vec<usize>, f64, f64) {
         // The sector tasks fail on a value that is not finite (`Error::NonFinite`) before
         // their values reach the ranking.
         debug_assert!(values.iter().flatten().all(|s| s.is_finite()));
@@ -84,7 +90,12 @@ impl Truncation {
             .flat_map(|(c, v)| v.iter().enumerate().map(move |(i, &s)| (s, c, i)))
             .collect();
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        let total: f64 = ranked.iter().map(|r| r.0 * r.0).sum();
+        let scale = match ranked.first() {
+            Some(r) if r.0 > 0.0 => r.0,
+            _ => 1.0,
+        };
+        let square = |s: f64| (s / scale) * (s / scale);
+        let total: f64 = ranked.iter().map(|r| square(r.0)).sum();
         let mut keep = ranked.len();
         if let Some(cutoff) = self.cutoff {
             keep = ranked.iter().take_while(|r| r.0 >= cutoff).count();
@@ -92,19 +103,21 @@ impl Truncation {
         if let Some(max_dim) = self.max_dim {
             keep = keep.min(max_dim);
         }
-        let mut discarded: f64 = ranked[keep..].iter().map(|r| r.0 * r.0).sum();
+        let mut discarded: f64 = ranked[keep..].iter().map(|r| square(r.0)).sum();
         if let Some(fraction) = self.max_discarded_weight {
             let bound = fraction * total;
-            while keep > 0 && discarded + ranked[keep - 1].0 * ranked[keep - 1].0 <= bound {
+            while keep > 0 && discarded + square(ranked[keep - 1].0) <= bound {
                 keep -= 1;
-                discarded += ranked[keep].0 * ranked[keep].0;
+                discarded += square(ranked[keep].0);
             }
         }
         let mut kept = vec![0; values.len()];
         for r in &ranked[..keep] {
             kept[r.1] += 1;
         }
-        (kept, discarded)
+        // `x * scale * scale`, not `x * scale^2`: the square of a large scale may overflow
+        // where the weight does not.
+        (kept, discarded * scale * scale, total * scale * scale)
     }
 }
 
@@ -116,7 +129,8 @@ mod tests {
     fn selection_is_global_across_sectors() {
         let v = vec![vec![5.0, 1.0, 0.5], vec![4.0, 3.0], vec![0.1]];
         assert_eq!(Truncation::none().select(&v).0, vec![3, 2, 1]);
-        let (kept, w) = Truncation::max_dim(3).select(&v);
+        let (kept, w, total) = Truncation::max_dim(3).select(&v);
+        assert!((total - 51.26).abs() < 1e-12);
         assert_eq!(kept, vec![1, 2, 0]);
         assert!((w - (1.0 + 0.25 + 0.01)).abs() < 1e-12);
         let cut = Truncation {
@@ -129,9 +143,45 @@ mod tests {
             max_discarded_weight: Some(0.01),
             ..Truncation::none()
         };
-        let (kept, w) = weight.select(&v);
+        let (kept, w, _) = weight.select(&v);
         assert_eq!(kept, vec![2, 2, 0]);
         assert!((w - 0.26).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_decision_depends_only_on_ratios_even_where_squares_leave_f64() {
+        let v = vec![vec![5.0, 1.0, 0.5], vec![4.0, 3.0], vec![0.1, 1e-9]];
+        for t in [
+            Truncation::max_dim(4),
+            Truncation {
+                max_discarded_weight: Some(0.01),
+                ..Truncation::none()
+            },
+            Truncation {
+                max_discarded_weight: Some(1e-17),
+                ..Truncation::none()
+            },
+        ] {
+            let (kept, w, total) = t.select(&v);
+            // 1e200^2 overflows and 1e-200^2 underflows; the ratios are those of `v`.
+            for factor in [1e200, 1e-200, 1e150] {
+                let scaled: Vec<Vec<f64>> = v
+                    .iter()
+                    .map(|s| s.iter().map(|x| x * factor).collect())
+                    .collect();
+                let (k, ws, ts) = t.select(&scaled);
+                assert_eq!(k, kept, "{t:?} at {factor:e}");
+                let f2 = factor * factor;
+                if f2.is_finite() && f2 > 0.0 {
+                    assert!((ws / f2 - w).abs() <= 1e-12 * w.max(1e-300), "{ws} vs {w}");
+                    assert!((ts / f2 - total).abs() <= 1e-12 * total);
+                } else if factor > 1.0 {
+                    assert!(ts.is_infinite(), "a total above f64's range is infinite");
+                } else {
+                    assert_eq!(ts, 0.0, "a total below f64's range underflows");
+                }
+            }
+        }
     }
 
     #[test]

@@ -951,3 +951,36 @@ fn a_finite_input_whose_factors_overflow_is_a_typed_error() {
     // The other sector is computed.
     assert_eq!(sector_of(&f.r, &U1(1))[(0, 0)].abs(), 1.0);
 }
+
+/// Singular values whose squares leave `f64` (near `1e200` or `1e-200`): the truncation by
+/// discarded weight keeps what it keeps for the same tensor at unit scale.
+#[test]
+fn truncation_by_weight_does_not_depend_on_the_scale() {
+    let mut rng = ChaCha8Rng::seed_from_u64(41);
+    let s = random_structure::<U1>(&mut rng);
+    let a = AsyncArray::<f64, U1>::random(s, 5);
+    let t = Truncation {
+        max_discarded_weight: Some(0.05),
+        ..Truncation::none()
+    };
+    let unit = svd(&a, &t).unwrap();
+    for factor in [1e200, 1e-200] {
+        let b = a.duplicate();
+        b.scale(factor);
+        let r = svd(&b, &t).unwrap();
+        assert_eq!(
+            r.s.leg(),
+            unit.s.leg(),
+            "kept dimensions at scale {factor:e}"
+        );
+        for i in 0..unit.s.leg().num_segments() {
+            let (x, y) = (r.s.values(i).unwrap(), unit.s.values(i).unwrap());
+            for (x, y) in x.iter().zip(y) {
+                assert!(
+                    (x / factor - y).abs() <= 1e-12 * y,
+                    "{x} vs {y} at {factor:e}"
+                );
+            }
+        }
+    }
+}
