@@ -70,8 +70,8 @@ pub fn eigh<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Eigh<T, 
     let views = sector_views(a)?;
     let sectors = a.structure().sectors();
     let bond = bond_leg(sectors.iter().map(|c| (c.sector().clone(), c.rows())))?;
-    let vectors = AsyncArray::zeros(left_structure(a.structure(), &bond)?);
-    let values = AsyncArray::<Real<T>, S>::zeros(diagonal_structure(&bond)?);
+    let vectors = AsyncArray::try_zeros(left_structure(a.structure(), &bond)?)?;
+    let values = AsyncArray::<Real<T>, S>::try_zeros(diagonal_structure(&bond)?)?;
     let rt = Runtime::current();
     for (view, c) in views.iter().zip(sectors) {
         let (vc, dc) = (

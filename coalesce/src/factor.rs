@@ -46,7 +46,7 @@ pub(crate) fn with_absent_as_zeros<T: Field, S: AbelianSector>(
         s.n_codomain(),
         s.flux().clone(),
     )?);
-    let out = AsyncArray::<T, S>::zeros(Arc::clone(&full));
+    let out = AsyncArray::<T, S>::try_zeros(Arc::clone(&full))?;
     let n_codomain = s.n_codomain();
     let rt = tessera_core::Runtime::current();
     for sector in s.sectors() {

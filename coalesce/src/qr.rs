@@ -63,8 +63,8 @@ pub fn qr<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Qr<T, S>, 
     let a = filled.as_ref().unwrap_or(a);
     let views = sector_views(a)?;
     let bond = thin_bond(a)?;
-    let q = AsyncArray::zeros(left_structure(a.structure(), &bond)?);
-    let r = AsyncArray::zeros(right_structure(&bond, a.structure())?);
+    let q = AsyncArray::try_zeros(left_structure(a.structure(), &bond)?)?;
+    let r = AsyncArray::try_zeros(right_structure(&bond, a.structure())?)?;
     let rt = Runtime::current();
     for (view, c) in views.iter().zip(a.structure().sectors()) {
         let (qc, rc) = (
@@ -102,8 +102,8 @@ pub fn lq<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Lq<T, S>, 
     let a = filled.as_ref().unwrap_or(a);
     let views = sector_views(a)?;
     let bond = thin_bond(a)?;
-    let l = AsyncArray::zeros(left_structure(a.structure(), &bond)?);
-    let q = AsyncArray::zeros(right_structure(&bond, a.structure())?);
+    let l = AsyncArray::try_zeros(left_structure(a.structure(), &bond)?)?;
+    let q = AsyncArray::try_zeros(right_structure(&bond, a.structure())?)?;
     let rt = Runtime::current();
     for (view, c) in views.iter().zip(a.structure().sectors()) {
         let (lc, qc) = (

@@ -156,7 +156,7 @@ impl<R: Scalar, S: AbelianSector> SingularValues<R, S> {
         axis: usize,
     ) -> Result<AsyncArray<T, S>, Error> {
         let st = x.structure();
-        let out = AsyncArray::<T, S>::empty(Arc::clone(st));
+        let out = AsyncArray::<T, S>::try_empty(Arc::clone(st))?;
         let rt = Runtime::current();
         for sector in st.sectors() {
             let ids: Vec<usize> = sector.blocks().collect();
@@ -334,8 +334,8 @@ pub fn svd<T: Field, S: AbelianSector>(
         .map(|c| c.sector().clone())
         .collect();
     let bond = bond_leg(labels.iter().cloned().zip(kept.iter().copied()))?;
-    let u = AsyncArray::zeros(left_structure(structure, &bond)?);
-    let vt = AsyncArray::zeros(right_structure(&bond, structure)?);
+    let u = AsyncArray::try_zeros(left_structure(structure, &bond)?)?;
+    let vt = AsyncArray::try_zeros(right_structure(&bond, structure)?)?;
     let mut s_values = Vec::new();
     for (c, part) in parts.iter().enumerate() {
         let k = kept[c];
