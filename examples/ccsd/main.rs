@@ -164,7 +164,8 @@ fn measure(
         m.speedup(),
         m.error
     );
-    if !(m.error <= TOLERANCE) {
+    // A NaN difference fails too.
+    if m.error.is_nan() || m.error > TOLERANCE {
         return Err(format!(
             "{}: the block-sparse result differs from the dense one by {:.3e} (relative), \
              above {TOLERANCE:e}",
