@@ -31,7 +31,8 @@ const F64_BYTES: u128 = 8;
 ///
 /// Orbital counts are given per D2h irrep in Cotton order: Ag,B1g,B2g,B3g,Au,B1u,B2u,B3u.
 /// The defaults are benzene in cc-pVDZ (all electrons; the molecule in the xy plane, the x
-/// axis through two carbons).
+/// axis through two carbons). The amplitudes and integrals are random (seeded), real and
+/// totally symmetric: they have the blocks of real ones.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "ccsd", allow_negative_numbers = true)]
 pub(crate) struct Args {

@@ -268,8 +268,9 @@ impl Dense4 {
         })
     }
 
-    /// `out[x0, x1, x2, x3] = self[x_perm^-1...]`: leg `k` of `out` is leg `perm[k]` of
-    /// `self`, written into `out` (resized), in parallel over `out`'s last leg.
+    /// `self` with its legs reordered into `out` (resized): leg `k` of `out` is leg
+    /// `perm[k]` of `self`, so `out[x] = self[y]` with `y[perm[k]] = x[k]`; in parallel over
+    /// `out`'s last leg.
     pub(crate) fn permute_into(&self, perm: [usize; 4], out: &mut Dense4) {
         use rayon::prelude::*;
         let mut src_strides = [0usize; 4];
@@ -311,8 +312,9 @@ impl Dense4 {
 pub(crate) struct DenseTerm {
     /// The term.
     pub(crate) term: Term,
-    /// Occupied and virtual orbitals.
+    /// Occupied orbitals.
     o: usize,
+    /// Virtual orbitals.
     v: usize,
     /// `T2`, dense.
     a: Dense4,
