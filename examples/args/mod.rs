@@ -12,6 +12,7 @@
 //! `tests/drivers.rs`, which parses through it directly.
 
 pub(crate) mod block_gemm;
+pub(crate) mod ccsd;
 pub(crate) mod dmrg;
 pub(crate) mod task_graph;
 
