@@ -1,4 +1,4 @@
-//! The example drivers' command lines: the flags of `dmrg`, `block_gemm` and `task_graph`,
+//! The example drivers' command lines: the flags of `dmrg`, `block_gemm`, `task_graph` and `ccsd`,
 //! each a clap derive `Args` in one style, and the checks made before a run starts.
 //!
 //! Owns: every flag's range (stated in its help and in the driver's module docs), `--threads`
@@ -8,7 +8,7 @@
 //! [`clap::Error`], which prints the usage, names the flag and exits with status 2. A flag
 //! given twice is an error (clap's `ArgAction::Set`), as is one the driver does not know.
 //!
-//! Shared by the three drivers (each includes this directory with `#[path]`) and by
+//! Shared by the four drivers (each includes this directory with `#[path]`) and by
 //! `tests/drivers.rs`, which parses through it directly.
 
 pub(crate) mod block_gemm;
