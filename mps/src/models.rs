@@ -590,6 +590,41 @@ impl Model {
     }
 }
 
+/// A computation generic over the model type, run by [`Model::visit`] on whichever model a
+/// [`Model`] holds: a driver writes its run once, for every `M: ChainModel`.
+///
+/// ```
+/// use tessera_mps::models::{ChainModel, Model, ModelVisitor};
+///
+/// struct BondDimension;
+/// impl ModelVisitor for BondDimension {
+///     type Output = tessera_mps::Result<usize>;
+///     fn visit<M: ChainModel>(self, model: &M) -> Self::Output {
+///         Ok(model.mpo()?.max_bond())
+///     }
+/// }
+/// assert_eq!(Model::parse("j1j2:L=8")?.visit(BondDimension)?, 8);
+/// assert_eq!(Model::parse("hubbard:L=4")?.visit(BondDimension)?, 6);
+/// # Ok::<(), tessera_mps::Error>(())
+/// ```
+pub trait ModelVisitor {
+    /// What the computation returns.
+    type Output;
+    /// The computation on one typed model.
+    fn visit<M: ChainModel>(self, model: &M) -> Self::Output;
+}
+
+impl Model {
+    /// Runs `visitor` on the typed model this holds.
+    pub fn visit<V: ModelVisitor>(&self, visitor: V) -> V::Output {
+        match self {
+            Model::Spin(m) => visitor.visit(m),
+            Model::SpinlessFermions(m) => visitor.visit(m),
+            Model::Hubbard(m) => visitor.visit(m),
+        }
+    }
+}
+
 impl FromStr for Model {
     type Err = Error;
 

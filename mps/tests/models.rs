@@ -90,6 +90,7 @@ fn every_model_mpo_equals_the_exact_hamiltonian_in_every_sector() {
     let mut r = |lo: f64, hi: f64| rng.gen_range(lo..hi);
     let spins = [
         (8, Spin::Half, 1.0, 1.0, 0.0, 0.0),
+        (10, Spin::Half, 1.0, 1.0, 0.5, 0.0),
         (8, Spin::Half, r(0.5, 1.5), r(-1.0, 2.0), 0.0, r(-1.0, 1.0)),
         (
             9,
@@ -265,6 +266,16 @@ fn bond_dimensions_are_those_of_the_automaton() {
     };
     let w = hubbard.mpo().unwrap();
     assert_eq!(bulk(&w), 6);
+    // Long chains build quickly: the automaton is linear in the number of terms.
+    let start = std::time::Instant::now();
+    let long = Hubbard {
+        len: 256,
+        ..hubbard.clone()
+    }
+    .mpo()
+    .unwrap();
+    assert_eq!(bulk(&long), 6);
+    println!("Hubbard L=256 MPO built in {:?}", start.elapsed());
     println!(
         "bond dimensions: Heisenberg {}, J1-J2 {}, t-V {}, t-V-t2 {}, Hubbard {}",
         bulk(&heisenberg),
