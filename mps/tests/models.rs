@@ -243,9 +243,10 @@ fn bond_dimensions_are_those_of_the_automaton() {
         two_sz: 0,
     };
     let heisenberg = spin(0.0).mpo().unwrap();
+    // The field's "done" state at the first bond is a multiple of the "Sz placed" one.
     assert_eq!(
         mpo::bond_dimensions(&heisenberg),
-        [1, 5, 5, 5, 5, 5, 5, 5, 5, 5, 1]
+        [1, 4, 5, 5, 5, 5, 5, 5, 5, 4, 1]
     );
     assert_eq!(bulk(&spin(0.5).mpo().unwrap()), 8);
     let tv = |t2: f64| SpinlessFermions {
@@ -284,6 +285,41 @@ fn bond_dimensions_are_those_of_the_automaton() {
         bulk(&tv(0.5).mpo().unwrap()),
         bulk(&w)
     );
+}
+
+#[test]
+fn long_range_exponential_couplings_compress_to_the_nearest_neighbour_bond_dimension() {
+    // H = sum_{i<j} lambda^(j-i-1) (S+_i S-_j / 2 + h.c. + Sz_i Sz_j): the automaton has a
+    // state per placed site, the deparallelisation folds them into one per operator.
+    let (len, lambda) = (8, 0.6);
+    let mut h = Terms::new(Site::spin_half(), len).unwrap();
+    for i in 0..len {
+        for j in i + 1..len {
+            let c = lambda_pow(lambda, j - i - 1);
+            h.add(0.5 * c, [("Sp", i), ("Sm", j)]).unwrap();
+            h.add(0.5 * c, [("Sm", i), ("Sp", j)]).unwrap();
+            h.add(c, [("Sz", i), ("Sz", j)]).unwrap();
+        }
+    }
+    let w = mpo::build(&h).unwrap();
+    assert_eq!(bulk(&w), 5, "{:?}", mpo::bond_dimensions(&w));
+    check_given_mpo(&w, &h, "exponential couplings");
+    // Fermions too: long-range hopping with a decaying amplitude, strings and all.
+    let mut f = Terms::new(Site::spinless_fermion(), len).unwrap();
+    for i in 0..len {
+        for j in i + 1..len {
+            let c = -lambda_pow(lambda, j - i - 1);
+            f.add(c, [("Cdag", i), ("C", j)]).unwrap();
+            f.add(c, [("Cdag", j), ("C", i)]).unwrap();
+        }
+    }
+    let w = mpo::build(&f).unwrap();
+    assert_eq!(bulk(&w), 4, "{:?}", mpo::bond_dimensions(&w));
+    check_given_mpo(&w, &f, "exponential hopping");
+}
+
+fn lambda_pow(lambda: f64, k: usize) -> f64 {
+    (0..k).fold(1.0, |x, _| x * lambda)
 }
 
 #[test]
