@@ -1,8 +1,9 @@
 //! Exact diagonalisation: dense many-body matrices of small chains.
 //!
-//! Owns: the occupation basis of a charge sector ([`sector_basis`]), the dense Hamiltonian
-//! of a [`Terms`] built directly from its terms as written ([`hamiltonian`],
-//! [`ground_energy`], [`spectrum`], [`operator_matrix`]), and the dense matrix of an
+//! Owns: the occupation basis of a charge sector ([`sector_basis`]), the Hamiltonian of a
+//! [`Terms`] built directly from its terms as written ([`sparse_hamiltonian`],
+//! [`hamiltonian`], [`spectrum`], [`ground_energy`] (dense, or Lanczos on larger sectors),
+//! [`operator_matrix`]), and the dense matrix of an
 //! [`Mpo`] contracted through Tessera's contractions ([`mpo_matrix`]). Invariant: a basis
 //! state is the list of local states `s_0, ..., s_{L-1}` encoded as `sum_k s_k d^k` (site 0
 //! least significant), standing for the Fock state `e_{s_0} ... e_{s_{L-1}}` (site 0's
@@ -132,21 +133,18 @@ fn apply<S: AbelianSector>(
     Ok(current)
 }
 
-/// The dense Hamiltonian of `terms` in `sector`: the basis ([`sector_basis`]) and the
-/// matrix. [`Error::TooLarge`] past [`MAX_SECTOR_DIM`].
-pub fn hamiltonian<S: AbelianSector>(terms: &Terms<S>, sector: &S) -> Result<(Vec<u64>, Mat<f64>)> {
+/// The Hamiltonian of `terms` in `sector`, column by column: the basis
+/// ([`sector_basis`]) and, per column, its non-zero `(row, value)` entries (rows
+/// ascending, each once).
+pub fn sparse_hamiltonian<S: AbelianSector>(
+    terms: &Terms<S>,
+    sector: &S,
+) -> Result<(Vec<u64>, Vec<Vec<(usize, f64)>>)> {
     let (site, len) = (terms.site(), terms.len());
     let basis = sector_basis(site, len, sector)?;
-    let n = basis.len();
-    if n as u128 > MAX_SECTOR_DIM {
-        return Err(Error::TooLarge {
-            what: "sector Hamiltonian",
-            dimension: n as u128,
-            limit: MAX_SECTOR_DIM,
-        });
-    }
-    let mut h = Mat::<f64>::zeros(n, n);
-    for (col, &code) in basis.iter().enumerate() {
+    let mut columns = Vec::with_capacity(basis.len());
+    for &code in &basis {
+        let mut column: Vec<(usize, f64)> = Vec::new();
         for term in terms.terms() {
             if term.coefficient == 0.0 {
                 continue;
@@ -155,23 +153,150 @@ pub fn hamiltonian<S: AbelianSector>(terms: &Terms<S>, sector: &S) -> Result<(Ve
                 let row = basis
                     .binary_search(&encode(&y, site.dim()))
                     .expect("a charge-conserving term stays in its sector");
-                h[(row, col)] += term.coefficient * a;
+                column.push((row, term.coefficient * a));
             }
+        }
+        column.sort_by_key(|e| e.0);
+        let mut merged: Vec<(usize, f64)> = Vec::with_capacity(column.len());
+        for (r, v) in column {
+            match merged.last_mut() {
+                Some((last, w)) if *last == r => *w += v,
+                _ => merged.push((r, v)),
+            }
+        }
+        merged.retain(|e| e.1 != 0.0);
+        columns.push(merged);
+    }
+    Ok((basis, columns))
+}
+
+/// The dense Hamiltonian of `terms` in `sector`: the basis ([`sector_basis`]) and the
+/// matrix. [`Error::TooLarge`] past [`MAX_SECTOR_DIM`].
+pub fn hamiltonian<S: AbelianSector>(terms: &Terms<S>, sector: &S) -> Result<(Vec<u64>, Mat<f64>)> {
+    let basis = sector_basis(terms.site(), terms.len(), sector)?;
+    let n = basis.len();
+    if n as u128 > MAX_SECTOR_DIM {
+        return Err(Error::TooLarge {
+            what: "sector Hamiltonian",
+            dimension: n as u128,
+            limit: MAX_SECTOR_DIM,
+        });
+    }
+    let (basis, columns) = sparse_hamiltonian(terms, sector)?;
+    let mut h = Mat::<f64>::zeros(n, n);
+    for (col, entries) in columns.iter().enumerate() {
+        for &(row, v) in entries {
+            h[(row, col)] = v;
         }
     }
     Ok((basis, h))
 }
 
-/// The eigenvalues of `terms` in `sector`, ascending.
+/// The eigenvalues of `terms` in `sector`, ascending (dense, at most [`MAX_SECTOR_DIM`]
+/// states).
 pub fn spectrum<S: AbelianSector>(terms: &Terms<S>, sector: &S) -> Result<Vec<f64>> {
     let (_, h) = hamiltonian(terms, sector)?;
     h.self_adjoint_eigenvalues(faer::Side::Lower)
         .map_err(|e| Error::Eigensolver(format!("{e:?}")))
 }
 
-/// The lowest eigenvalue of `terms` in `sector`.
+/// Sectors up to this dimension are diagonalised densely by [`ground_energy`]; larger ones
+/// by Lanczos.
+pub const DENSE_GROUND_ENERGY_DIM: usize = 1000;
+
+/// The lowest eigenvalue of `terms` in `sector`: faer's dense self-adjoint eigensolver up
+/// to [`DENSE_GROUND_ENERGY_DIM`] states, above that Lanczos with full
+/// reorthogonalisation on the sparse matrix, restarted from its Ritz vector until the
+/// residual norm is below `1e-11 (1 + |E|)` (so the energy is exact to about `1e-13`, the
+/// square of the residual over the gap).
 pub fn ground_energy<S: AbelianSector>(terms: &Terms<S>, sector: &S) -> Result<f64> {
-    Ok(spectrum(terms, sector)?[0])
+    let (_, columns) = sparse_hamiltonian(terms, sector)?;
+    let n = columns.len();
+    if n <= DENSE_GROUND_ENERGY_DIM {
+        return Ok(spectrum(terms, sector)?[0]);
+    }
+    lanczos_lowest(&columns)
+}
+
+/// `y = H x` for `H` stored by columns.
+fn apply_sparse(columns: &[Vec<(usize, f64)>], x: &[f64]) -> Vec<f64> {
+    let mut y = vec![0.0; x.len()];
+    for (c, entries) in columns.iter().enumerate() {
+        for &(r, v) in entries {
+            y[r] += v * x[c];
+        }
+    }
+    y
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The lowest eigenvalue of the symmetric sparse matrix `columns` by restarted Lanczos.
+fn lanczos_lowest(columns: &[Vec<(usize, f64)>]) -> Result<f64> {
+    const KRYLOV: usize = 200;
+    const RESTARTS: usize = 50;
+    let n = columns.len();
+    // A fixed pseudo-random start (xorshift), so results are reproducible.
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut v: Vec<f64> = (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        })
+        .collect();
+    let mut energy = f64::NAN;
+    for _ in 0..RESTARTS {
+        let norm = dot(&v, &v).sqrt();
+        v.iter_mut().for_each(|x| *x /= norm);
+        let mut basis = vec![v.clone()];
+        let (mut alpha, mut beta): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
+        let (value, y, residual) = loop {
+            let k = basis.len() - 1;
+            let mut w = apply_sparse(columns, &basis[k]);
+            alpha.push(dot(&basis[k], &w));
+            for _ in 0..2 {
+                for b in &basis {
+                    let c = dot(b, &w);
+                    w.iter_mut().zip(b).for_each(|(x, y)| *x -= c * y);
+                }
+            }
+            let b = dot(&w, &w).sqrt();
+            let m = alpha.len();
+            let t = Mat::<f64>::from_fn(m, m, |i, j| match i.abs_diff(j) {
+                0 => alpha[i],
+                1 => beta[i.min(j)],
+                _ => 0.0,
+            });
+            let eig = t
+                .self_adjoint_eigen(faer::Side::Lower)
+                .map_err(|e| Error::Eigensolver(format!("{e:?}")))?;
+            let value = eig.S().column_vector()[0];
+            let y: Vec<f64> = (0..m).map(|i| eig.U()[(i, 0)]).collect();
+            let residual = b * y[m - 1].abs();
+            if residual < 1e-11 * (1.0 + value.abs()) || m >= KRYLOV.min(n) || b < 1e-300 {
+                break (value, y, residual);
+            }
+            w.iter_mut().for_each(|x| *x /= b);
+            beta.push(b);
+            basis.push(w);
+        };
+        energy = value;
+        if residual < 1e-11 * (1.0 + value.abs()) || basis.len() >= n {
+            return Ok(energy);
+        }
+        // Restart from the Ritz vector.
+        v = vec![0.0; n];
+        for (b, c) in basis.iter().zip(&y) {
+            v.iter_mut().zip(b).for_each(|(x, y)| *x += c * y);
+        }
+    }
+    Err(Error::Eigensolver(format!(
+        "Lanczos did not converge in {RESTARTS} restarts of {KRYLOV} vectors (last Ritz value {energy})"
+    )))
 }
 
 /// The dense matrix, on the full space of `len` sites (`d^len` states, at most

@@ -386,6 +386,44 @@ fn exact_ground_energies_are_the_textbook_ones() {
 }
 
 #[test]
+fn lanczos_on_large_sectors_agrees_with_the_dense_eigensolver_and_free_fermions() {
+    let mut rng = ChaCha8Rng::seed_from_u64(81);
+    // 1225 states (4 up, 3 down on 7 sites): past the dense threshold.
+    let m = Hubbard {
+        len: 7,
+        t: rng.gen_range(0.5..1.5),
+        u: rng.gen_range(1.0..8.0),
+        n: 7,
+        two_sz: 1,
+    };
+    let terms = m.terms().unwrap();
+    let (basis, _) = exact::sparse_hamiltonian(&terms, &m.sector()).unwrap();
+    assert!(basis.len() > exact::DENSE_GROUND_ENERGY_DIM);
+    let lanczos = exact::ground_energy(&terms, &m.sector()).unwrap();
+    let dense = exact::spectrum(&terms, &m.sector()).unwrap()[0];
+    assert!((lanczos - dense).abs() < 1e-11, "{lanczos} vs {dense}");
+    // 3432 states of free fermions with a hop over a site.
+    let (len, t, t2) = (14, 1.0, rng.gen_range(-0.8..0.8));
+    let f = SpinlessFermions {
+        len,
+        t,
+        t2,
+        v: 0.0,
+        n: 7,
+    };
+    let eps = Mat::<f64>::from_fn(len, len, |i, j| match i.abs_diff(j) {
+        1 => -t,
+        2 => -t2,
+        _ => 0.0,
+    })
+    .self_adjoint_eigenvalues(faer::Side::Lower)
+    .unwrap();
+    let e = exact::ground_energy(&f.terms().unwrap(), &f.sector()).unwrap();
+    let free: f64 = eps[..7].iter().sum();
+    assert!((e - free).abs() < 1e-11, "{e} vs {free}");
+}
+
+#[test]
 fn fermionic_operators_anticommute_across_sites_in_the_exact_basis() {
     let site = Site::spinless_fermion();
     let len = 4;
