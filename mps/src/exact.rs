@@ -133,13 +133,16 @@ fn apply<S: AbelianSector>(
     Ok(current)
 }
 
+/// A sparse matrix by columns: per column its non-zero `(row, value)` entries.
+pub type SparseColumns = Vec<Vec<(usize, f64)>>;
+
 /// The Hamiltonian of `terms` in `sector`, column by column: the basis
 /// ([`sector_basis`]) and, per column, its non-zero `(row, value)` entries (rows
 /// ascending, each once).
 pub fn sparse_hamiltonian<S: AbelianSector>(
     terms: &Terms<S>,
     sector: &S,
-) -> Result<(Vec<u64>, Vec<Vec<(usize, f64)>>)> {
+) -> Result<(Vec<u64>, SparseColumns)> {
     let (site, len) = (terms.site(), terms.len());
     let basis = sector_basis(site, len, sector)?;
     let mut columns = Vec::with_capacity(basis.len());
