@@ -119,9 +119,9 @@ pub enum Error {
         /// What was to be built.
         what: &'static str,
         /// Its dimension.
-        dimension: u128,
+        dimension: u64,
         /// The largest accepted.
-        limit: u128,
+        limit: u64,
     },
     /// The dense eigensolver failed.
     #[error("dense eigensolver: {0}")]

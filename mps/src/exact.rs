@@ -38,17 +38,17 @@ use crate::terms::Terms;
 use crate::{Error, Mpo, Result};
 
 /// The most product states [`sector_basis`] enumerates (`d^L`).
-pub const MAX_PRODUCT_STATES: u128 = 1 << 26;
+pub const MAX_PRODUCT_STATES: u64 = 1 << 26;
 /// The largest sector [`hamiltonian`] builds as a dense matrix.
-pub const MAX_SECTOR_DIM: u128 = 12_000;
+pub const MAX_SECTOR_DIM: u64 = 12_000;
 /// The largest full space [`mpo_matrix`] and [`operator_matrix`] build (`d^L`).
-pub const MAX_FULL_DIM: u128 = 4096;
+pub const MAX_FULL_DIM: u64 = 4096;
 
 /// `d^len`, or [`Error::TooLarge`] past `limit`.
-fn space_dim(d: usize, len: usize, limit: u128, what: &'static str) -> Result<u128> {
-    let mut n: u128 = 1;
+fn space_dim(d: usize, len: usize, limit: u64, what: &'static str) -> Result<u64> {
+    let mut n: u64 = 1;
     for _ in 0..len {
-        n = n.saturating_mul(d as u128);
+        n = n.saturating_mul(d as u64);
     }
     if n > limit {
         return Err(Error::TooLarge {
@@ -178,10 +178,10 @@ pub fn sparse_hamiltonian<S: AbelianSector>(
 pub fn hamiltonian<S: AbelianSector>(terms: &Terms<S>, sector: &S) -> Result<(Vec<u64>, Mat<f64>)> {
     let basis = sector_basis(terms.site(), terms.len(), sector)?;
     let n = basis.len();
-    if n as u128 > MAX_SECTOR_DIM {
+    if n as u64 > MAX_SECTOR_DIM {
         return Err(Error::TooLarge {
             what: "sector Hamiltonian",
-            dimension: n as u128,
+            dimension: n as u64,
             limit: MAX_SECTOR_DIM,
         });
     }
@@ -349,9 +349,9 @@ pub fn mpo_matrix<S: AbelianSector>(mpo: &Mpo<S>) -> Result<Mat<f64>> {
     let dims: Vec<usize> = (0..len)
         .map(|k| mpo.physical_leg(k).expect("a site").dim())
         .collect();
-    let mut n: u128 = 1;
+    let mut n: u64 = 1;
     for &d in &dims {
-        n = n.saturating_mul(d as u128);
+        n = n.saturating_mul(d as u64);
     }
     if n > MAX_FULL_DIM {
         return Err(Error::TooLarge {
