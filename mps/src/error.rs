@@ -34,6 +34,98 @@ pub enum Error {
         /// What the tensor has.
         found: String,
     },
+    /// An operator name the site type does not define.
+    #[error("site type {site_type}: unknown operator {name:?}; known: {known}")]
+    UnknownOperator {
+        /// The site type's name.
+        site_type: String,
+        /// The name given.
+        name: String,
+        /// The names the site type defines.
+        known: String,
+    },
+    /// An ill-formed site type or on-site operator.
+    #[error("site type {site_type}, operator {name:?}: expected {reason}")]
+    Operator {
+        /// The site type's name.
+        site_type: String,
+        /// The operator's name (empty for the basis).
+        name: String,
+        /// What was expected and what was found.
+        reason: String,
+    },
+    /// A term placed on a site outside the chain.
+    #[error("term {term}: site {site} is outside the chain of {len} sites (expected 0..{len})")]
+    SiteOutOfRange {
+        /// The term, as written.
+        term: String,
+        /// The site given.
+        site: usize,
+        /// The number of sites.
+        len: usize,
+    },
+    /// A term that does not conserve the charge (its operators' charges do not fuse to the
+    /// trivial charge).
+    #[error(
+        "term {term}: expected a charge-conserving product (trivial total charge), found charge {charge}"
+    )]
+    ChargeViolation {
+        /// The term, as written.
+        term: String,
+        /// The total charge of its operators.
+        charge: String,
+    },
+    /// A model name that is not known.
+    #[error("unknown model {given:?}; known: {known}")]
+    UnknownModel {
+        /// The name given.
+        given: String,
+        /// The known names.
+        known: String,
+    },
+    /// A parameter the model does not take.
+    #[error("model {model}: unknown parameter {given:?}; accepted: {accepted}")]
+    UnknownParameter {
+        /// The model.
+        model: String,
+        /// The key given.
+        given: String,
+        /// The keys the model accepts.
+        accepted: String,
+    },
+    /// A parameter value that cannot be read or is out of range.
+    #[error("model {model}: parameter {key} = {given:?}: expected {expected}")]
+    InvalidParameter {
+        /// The model.
+        model: String,
+        /// The key.
+        key: String,
+        /// The value given.
+        given: String,
+        /// What the parameter accepts.
+        expected: String,
+    },
+    /// A charge sector that has no state on the chain.
+    #[error("charge sector {sector}: expected {expected}")]
+    EmptySector {
+        /// The sector asked for.
+        sector: String,
+        /// What a reachable sector is.
+        expected: String,
+    },
+    /// An exact computation larger than its limit.
+    #[error("exact {what}: dimension {dimension} exceeds the limit {limit}")]
+    TooLarge {
+        /// What was to be built.
+        what: &'static str,
+        /// Its dimension.
+        dimension: u64,
+        /// The largest accepted.
+        limit: u64,
+    },
+    /// The dense eigensolver failed.
+    #[error("dense eigensolver: {0}")]
+    Eigensolver(String),
 }
 
 impl From<tessera_io::Error> for Error {

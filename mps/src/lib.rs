@@ -26,7 +26,12 @@
 
 mod chain;
 mod error;
+pub mod exact;
 pub mod graded;
+pub mod models;
+pub mod mpo;
+pub mod sites;
+pub mod terms;
 
 pub use chain::{Mpo, Mps};
 pub use error::Error;
