@@ -27,6 +27,7 @@
 mod chain;
 mod error;
 pub mod graded;
+pub mod observables;
 
 pub use chain::{Mpo, Mps};
 pub use error::Error;
