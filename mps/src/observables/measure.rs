@@ -320,15 +320,12 @@ impl<S: AbelianSector> Observables<S> {
         for a in 0..l {
             let mut row = Vec::with_capacity(l - a);
             let (mut env, _) = self.through(&self.left[a], a, x, &S::trivial())?;
-            for b in a + 1..l {
-                let closed = self
-                    .network
-                    .extend_left(&env, &self.sites[b], &y_w, &self.bras[b])?;
+            let rest = self.sites.iter().zip(&self.bras).zip(&carry).enumerate();
+            for (b, ((site, bra), carry)) in rest.skip(a + 1) {
+                let closed = self.network.extend_left(&env, site, &y_w, bra)?;
                 row.push((b, self.network.close(&closed, &self.right[b + 1])?));
                 if b + 1 < l {
-                    env =
-                        self.network
-                            .extend_left(&env, &self.sites[b], &carry[b], &self.bras[b])?;
+                    env = self.network.extend_left(&env, site, carry, bra)?;
                 }
             }
             pending.push(row);

@@ -67,7 +67,7 @@ impl Network {
             [edge(Direction::Out)?],
             S::trivial(),
         )?;
-        Ok(graded::twisted(&AsyncArray::from_dense(s, &[1.0])?, 2)?)
+        graded::twisted(&AsyncArray::from_dense(s, &[1.0])?, 2)
     }
 
     /// The left environment one site further: `left` with the ket `a`, the operator `w`
