@@ -263,7 +263,8 @@ impl<S: AbelianSector> Observables<S> {
 
     /// The matrix `C[i][j] = <O_i P_j>` over all pairs of sites, as
     /// [`correlation`](Self::correlation) gives each entry (the diagonal is `<(O P)_i>`),
-    /// computed with one transfer per pair of sites.
+    /// computed with one transfer per pair of sites and triangle (one triangle when `o`
+    /// and `p` are the same reference: the other is its transpose times the exchange sign).
     ///
     /// # Errors
     ///
@@ -279,14 +280,22 @@ impl<S: AbelianSector> Observables<S> {
             p.check_leg("correlations (right operator)", i, self.physical(i))?;
         }
         let mut c = vec![vec![0.0; l]; l];
-        // Upper triangle: O first; lower: P first, with the exchange sign.
-        for (first, second, upper) in [(o, p, true), (p, o, false)] {
-            let rows = self.ordered_pairs(first, second)?;
-            let sign = if upper { 1.0 } else { exchange_sign(o, p) };
-            for (a, row) in rows.into_iter().enumerate() {
+        // Upper triangle: O first; lower: P first, with the exchange sign. For one operator
+        // twice the lower triangle is the upper one's transpose times that sign.
+        let same = std::ptr::eq(o, p);
+        let sign = exchange_sign(o, p);
+        for (a, row) in self.ordered_pairs(o, p)?.into_iter().enumerate() {
+            for (b, value) in row {
+                c[a][b] = value;
+                if same {
+                    c[b][a] = sign * value;
+                }
+            }
+        }
+        if !same {
+            for (a, row) in self.ordered_pairs(p, o)?.into_iter().enumerate() {
                 for (b, value) in row {
-                    let (i, j) = if upper { (a, b) } else { (b, a) };
-                    c[i][j] = sign * value;
+                    c[b][a] = sign * value;
                 }
             }
         }
