@@ -19,7 +19,7 @@ use tessera_coalesce::qr;
 use tessera_contract::Contraction;
 
 use super::network::{Network, scalar};
-use super::operator::LocalOperator;
+use super::operator::{LocalOperator, describe};
 use crate::{Error, Mpo, Mps, Result, graded};
 
 /// Measurements on one state: build once ([`Observables::new`]), then ask for norms,
@@ -143,7 +143,7 @@ impl<S: AbelianSector> Observables<S> {
     ///
     /// # Errors
     ///
-    /// [`Error::Site`] for `i > L`.
+    /// [`Error::Site`] for `i > L` (its `len` is then `L + 1`, the number of closings).
     pub fn closed_norm(&self, i: usize) -> Result<f64> {
         if i > self.len() {
             return Err(Error::Site {
@@ -369,8 +369,11 @@ impl<S: AbelianSector> Observables<S> {
             if leg != self.physical(i) {
                 return Err(Error::Operator {
                     what: "MPO".into(),
-                    expected: format!("the physical leg of site {i}"),
-                    found: format!("a leg of {} states", leg.dim()),
+                    expected: format!(
+                        "the physical leg of site {i}, {}",
+                        describe(self.physical(i))
+                    ),
+                    found: describe(leg),
                 });
             }
             env = self

@@ -20,6 +20,16 @@ use tessera_contract::Contraction;
 
 use crate::{Error, Result};
 
+/// A leg as its direction and `sector x dim` segments, for error messages.
+pub(crate) fn describe<S: AbelianSector>(leg: &Leg<S>) -> String {
+    let segments: Vec<String> = leg
+        .segments()
+        .iter()
+        .map(|s| format!("{}x{}", s.sector, s.dim))
+        .collect();
+    format!("{:?} [{}]", leg.direction(), segments.join(", "))
+}
+
 /// A one-site operator `O[o, i] = <o|O|i>`: an `AsyncArray` with legs `(o In, i Out)`,
 /// `i` the dual of `o`, and a flux (its charge; odd flux: a fermionic operator).
 ///
@@ -65,8 +75,11 @@ impl<S: AbelianSector> LocalOperator<S> {
         if legs[1] != legs[0].dual() {
             return Err(Error::Operator {
                 what: "tensor".into(),
-                expected: "an input leg i that is the dual of the output leg o".into(),
-                found: format!("{} legs that are not each other's duals", legs.len()),
+                expected: format!(
+                    "an input leg i that is the dual of the output leg o = {}",
+                    describe(&legs[0])
+                ),
+                found: format!("i = {}", describe(&legs[1])),
             });
         }
         Ok(Self { tensor })
@@ -135,8 +148,11 @@ impl<S: AbelianSector> LocalOperator<S> {
         if self.physical_leg() != other.physical_leg() {
             return Err(Error::Operator {
                 what: "product".into(),
-                expected: "two operators on the same physical leg".into(),
-                found: "operators on different legs".into(),
+                expected: format!(
+                    "an operator on the same physical leg {}",
+                    describe(self.physical_leg())
+                ),
+                found: describe(other.physical_leg()),
             });
         }
         let t = Contraction::new("oj,ji->o|i")?.apply(&self.tensor, &other.tensor)?;
@@ -159,10 +175,7 @@ impl<S: AbelianSector> LocalOperator<S> {
         if self.physical_leg() != physical {
             return Err(Error::Operator {
                 what: what.into(),
-                expected: format!(
-                    "the physical leg of site {site} ({} states)",
-                    physical.dim()
-                ),
+                expected: format!("the physical leg of site {site}, {}", describe(physical)),
                 found: format!(
                     "an operator on a leg of {} states",
                     self.physical_leg().dim()
