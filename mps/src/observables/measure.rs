@@ -2,7 +2,7 @@
 //! two-point correlation functions.
 //!
 //! Owns: [`Observables`]. Invariant: it holds the state left-canonicalised and normalised
-//! (QR sweeps of the library; the input's norm kept aside), and the left and right
+//! (one QR sweep with the library's `qr`; the input's norm kept aside), and the left and right
 //! environments of the identity at every bond, so an expectation is one transfer per site
 //! it spans and one closing, and every value is that of the normalised state, `<psi|O|psi>
 //! / <psi|psi>`, whatever the input's gauge and norm.
@@ -22,8 +22,11 @@ use super::network::{Network, scalar};
 use super::operator::{LocalOperator, describe};
 use crate::{Error, Mpo, Mps, Result, graded};
 
-/// Measurements on one state: build once ([`Observables::new`]), then ask for norms,
-/// expectations, correlations and the entanglement (the `entanglement` module).
+/// Measurements on one state: build once ([`Observables::new`]), then ask for the norm,
+/// one-site expectations ([`one_site`](Self::one_site)), correlations
+/// ([`correlations`](Self::correlations)), the expectation of an MPO
+/// ([`mpo_expectation`](Self::mpo_expectation)) and the entanglement of every bond
+/// ([`entanglement`](Self::entanglement)).
 ///
 /// ```
 /// use tessera_blocks::{Direction, Leg, U1};
