@@ -126,6 +126,34 @@ pub enum Error {
     /// The dense eigensolver failed.
     #[error("dense eigensolver: {0}")]
     Eigensolver(String),
+    /// A one-site operator that is not a map of a physical leg (legs `(o In, i Out)` with
+    /// `i` the dual of `o`), or that does not act on the site it is asked at.
+    #[error("operator {what}: expected {expected}, found {found}")]
+    LocalOperator {
+        /// Which operator (or which use of it).
+        what: String,
+        /// What the convention or the site asks for.
+        expected: String,
+        /// What the operator has.
+        found: String,
+    },
+    /// A site index past the end of the chain.
+    #[error("site {site} is past the end of a chain of {len} sites")]
+    Site {
+        /// The index given.
+        site: usize,
+        /// The number of sites.
+        len: usize,
+    },
+    /// A state of zero norm, which has no expectation values.
+    #[error("expected a state of nonzero norm, found norm {norm}")]
+    ZeroNorm {
+        /// The norm found.
+        norm: f64,
+    },
+    /// A measurement report that could not be written or read (JSON or the file system).
+    #[error("measurement report: {0}")]
+    Report(String),
 }
 
 impl From<tessera_io::Error> for Error {

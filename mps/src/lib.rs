@@ -30,6 +30,7 @@ pub mod exact;
 pub mod graded;
 pub mod models;
 pub mod mpo;
+pub mod observables;
 pub mod sites;
 pub mod terms;
 
