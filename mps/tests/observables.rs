@@ -368,10 +368,11 @@ fn check_state<S: AbelianSector>(
 
 #[test]
 fn dense_entries_are_fock_amplitudes_in_site_order() {
-    // Two sites: c^+ applied to one site tensor by the library's graded contraction.
-    // c_1^+ on c_2^+|0> gives c_1^+ c_2^+|0>: amplitude +1 at (1, 1); c_2^+ on c_1^+|0>
-    // gives c_2^+ c_1^+|0> = -c_1^+ c_2^+|0>: amplitude -1, the sign coming from the odd
-    // bond the operator meets on its way to site 2.
+    // Two sites: c^+ applied to one site tensor by the library's graded contraction. The
+    // tensors before that site are even (trivial flux), so acting on the site tensor is
+    // acting on the chain. c_1^+ on c_2^+|0> gives c_1^+ c_2^+|0>: amplitude +1 at (1, 1);
+    // c_2^+ on c_1^+|0> gives c_2^+ c_1^+|0> = -c_1^+ c_2^+|0>: amplitude -1, the sign
+    // coming from the odd left bond of site 2 that the operator crosses.
     let p = Leg::new(Direction::In, [(fermion(0), 1), (fermion(1), 1)]).unwrap();
     let create = LocalOperator::from_dense(&p, fermion(1), &[0.0, 1.0, 0.0, 0.0]).unwrap();
     let apply = Contraction::new("oi,kir->ko|r").unwrap();
@@ -382,7 +383,8 @@ fn dense_entries_are_fock_amplitudes_in_site_order() {
             .unwrap()
             .into_tensors();
         t[site] = apply.apply(create.tensor(), &t[site]).unwrap();
-        // The dense state of the two tensors (the second odd now), by plain products.
+        // The dense state of the two tensors (the one acted on has odd flux now), by
+        // plain products.
         let a = t[0].to_dense().unwrap(); // (1, 2, 1)
         let b = t[1].to_dense().unwrap();
         a[1] * b[1]
