@@ -34,6 +34,29 @@ pub enum Error {
         /// What the tensor has.
         found: String,
     },
+    /// A DMRG run asked for something its settings or its state do not allow (a setting out
+    /// of range, a pair away from the orthogonality centre, chains that do not match).
+    #[error("DMRG {what}: expected {expected}, found {found}")]
+    Dmrg {
+        /// What was checked.
+        what: String,
+        /// What the run needs.
+        expected: String,
+        /// What it was given.
+        found: String,
+    },
+    /// A checkpoint that does not belong to the run resuming from it.
+    #[error("checkpoint {}: {what}: expected {expected}, found {found}", path.display())]
+    Resume {
+        /// The checkpoint file.
+        path: std::path::PathBuf,
+        /// What differs (the model, the number of sites, the bond dimension, ...).
+        what: String,
+        /// What the resuming run has.
+        expected: String,
+        /// What the checkpoint has.
+        found: String,
+    },
 }
 
 impl From<tessera_io::Error> for Error {

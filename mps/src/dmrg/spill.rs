@@ -1,0 +1,206 @@
+//! Environments on disk: the store that keeps the environment tensors a step does not touch
+//! in files, writing them and loading them back as tasks that overlap the computation.
+//!
+//! Owns: the [`SpillStore`] interface the environments use and its one implementation, a
+//! directory of `.npz` files ([`DiskSpill`], one [`Checkpoint`] per environment). Invariants:
+//! an environment handed to the store is written by [`Checkpoint::save_async`] (which waits
+//! only for the tensor's own pending writes; the memory is freed when the write is done), a
+//! load of an environment is enrolled only after its write has finished (so it reads that
+//! write's file, never an older one), and the file of an environment the store forgets or
+//! outlives is removed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tessera_blocks::AbelianSector;
+use tessera_core::Async;
+use tessera_io::{Checkpoint, Saving, SectorCodec};
+
+use super::environments::Key;
+use super::heff::Tensor;
+use crate::{Error, Result};
+
+/// Where the environments a step does not touch go, and how they come back.
+pub(crate) trait SpillStore<S: AbelianSector>: std::fmt::Debug {
+    /// Takes `tensor` (environment `key`) out of memory: writes it, asynchronously.
+    fn write(&mut self, key: Key, tensor: Tensor<S>) -> Result<()>;
+    /// Starts loading `key` back, as a task, if that has not started.
+    fn prefetch(&mut self, key: Key) -> Result<()>;
+    /// Environment `key`, waiting for its load (starting it first if need be).
+    fn take(&mut self, key: Key) -> Result<Tensor<S>>;
+    /// Forgets `key` (it is invalid now): its file is removed once written.
+    fn forget(&mut self, key: Key);
+}
+
+/// A load in flight: the task writes the tensor into `slot` and then publishes `done`.
+#[derive(Debug)]
+struct Load<S: AbelianSector> {
+    done: Async<()>,
+    slot: Arc<Mutex<Option<Tensor<S>>>>,
+}
+
+/// The spill store of a directory: environment `key` lives in `DIR/env-{key}.npz`.
+pub(crate) struct DiskSpill<S: SectorCodec> {
+    dir: PathBuf,
+    /// Writes in flight or finished, by environment; finished ones are kept until their
+    /// load (their `wait` then returns at once).
+    saves: HashMap<Key, Saving>,
+    loads: HashMap<Key, Load<S>>,
+    /// Every file written, to remove them at the end.
+    written: Vec<PathBuf>,
+}
+
+impl<S: SectorCodec> std::fmt::Debug for DiskSpill<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskSpill")
+            .field("dir", &self.dir)
+            .field("saves", &self.saves.len())
+            .field("loads", &self.loads.len())
+            .finish()
+    }
+}
+
+impl<S: SectorCodec> DiskSpill<S> {
+    /// A store in `dir` (created if missing; refused if it cannot be written).
+    pub(crate) fn new(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|source| tessera_io::Error::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            saves: HashMap::new(),
+            loads: HashMap::new(),
+            written: Vec::new(),
+        })
+    }
+
+    fn path(&self, key: Key) -> PathBuf {
+        self.dir.join(format!("env-{key}.npz"))
+    }
+
+    /// Waits for the write of `key`, if one was made.
+    fn written(&mut self, key: Key) -> Result<()> {
+        if let Some(saving) = self.saves.remove(&key) {
+            saving.wait()?;
+        }
+        Ok(())
+    }
+}
+
+/// The name of an environment's tensor in its file.
+const NAME: &str = "environment";
+
+impl<S: SectorCodec> SpillStore<S> for DiskSpill<S> {
+    fn write(&mut self, key: Key, tensor: Tensor<S>) -> Result<()> {
+        // A load still in flight for this key holds the previous contents: finish it.
+        if let Some(load) = self.loads.remove(&key) {
+            load.done.wait()?;
+        }
+        // Two writes of one file must not overlap (they share its temporary name).
+        self.written(key)?;
+        let path = self.path(key);
+        let saving = Checkpoint::new().save_async(&path, &[(NAME, &tensor)])?;
+        if !self.written.contains(&path) {
+            self.written.push(path);
+        }
+        self.saves.insert(key, saving);
+        // `tensor` drops here; the save task holds its blocks until it has written them.
+        Ok(())
+    }
+
+    fn prefetch(&mut self, key: Key) -> Result<()> {
+        if self.loads.contains_key(&key) {
+            return Ok(());
+        }
+        // The load must read this write's file: wait for it (long done in a sweep, which
+        // spills an environment at least two steps before it needs it back).
+        self.written(key)?;
+        let path = self.path(key);
+        let done = Async::new(());
+        let slot = Arc::new(Mutex::new(None));
+        let out = Arc::clone(&slot);
+        tessera_core::schedule_named("dmrg.spill.load", done.overwrite(), move |_| {
+            let t = Checkpoint::load(&path)?.tensor::<f64, S>(NAME)?;
+            *out.lock().expect("the load slot is not poisoned") = Some(t);
+            Ok(())
+        })?;
+        self.loads.insert(key, Load { done, slot });
+        Ok(())
+    }
+
+    fn take(&mut self, key: Key) -> Result<Tensor<S>> {
+        self.prefetch(key)?;
+        let load = self.loads.remove(&key).expect("prefetch enrolled a load");
+        load.done.wait().map_err(load_error)?;
+        let t = load
+            .slot
+            .lock()
+            .expect("the load slot is not poisoned")
+            .take();
+        t.ok_or_else(|| Error::Dmrg {
+            what: format!("spilled environment {key}"),
+            expected: "the tensor its load task read".into(),
+            found: "nothing".into(),
+        })
+    }
+
+    fn forget(&mut self, key: Key) {
+        // The file is overwritten by the next write of `key` or removed at the end; a load
+        // in flight finishes on its own and its tensor is dropped with it.
+        self.loads.remove(&key);
+    }
+}
+
+/// A failed load as the I/O error that caused it, when it was one.
+fn load_error(e: tessera_core::Error) -> Error {
+    match e.task_error::<tessera_io::Error>() {
+        Some(io) => Error::Dmrg {
+            what: "loading a spilled environment".into(),
+            expected: "the file it was written to".into(),
+            found: io.to_string(),
+        },
+        None => Error::Core(e),
+    }
+}
+
+impl<S: SectorCodec> Drop for DiskSpill<S> {
+    fn drop(&mut self) {
+        // Let every task that touches the files finish, then remove them; errors here have
+        // no one left to report to (a failed write already failed its load).
+        for (_, load) in self.loads.drain() {
+            let _ = load.done.wait();
+        }
+        for (_, saving) in self.saves.drain() {
+            let _ = saving.wait();
+        }
+        for path in &self.written {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl<S: SectorCodec> super::Dmrg<S> {
+    /// Keeps the environment tensors that the current step does not touch in files in `dir`
+    /// (created if missing) from now on: after each step of a [`sweep`](Self::sweep), every
+    /// environment the next two steps do not need is written out as a task and dropped from
+    /// memory, and before each step the one the next step needs is loaded back as a task
+    /// that overlaps the step. The numbers are those of a run without spilling. The files
+    /// are removed when the run is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when `dir` cannot be created; the errors of writing the environments
+    /// not needed now.
+    pub fn spill_to(&mut self, dir: impl AsRef<Path>) -> Result<()> {
+        let store = DiskSpill::<S>::new(dir.as_ref())?;
+        self.envs.set_spill(Box::new(store))?;
+        let keep: Vec<Key> = self
+            .envs
+            .pairs()
+            .flat_map(|i| [Key::Left(i), Key::Right(i + 2)])
+            .collect();
+        self.envs.spill_except(&keep)
+    }
+}
