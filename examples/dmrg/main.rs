@@ -48,6 +48,9 @@ use tessera::prelude::Runtime;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The buffer pool's byte limit under `--spill`.
+const SPILL_POOL_BYTES: usize = 64 << 20;
+
 fn main() -> std::process::ExitCode {
     // A bad flag, or an output that cannot be opened: the usage, exit status 2, nothing run.
     let prepared = args::parse_or_exit(args::dmrg::Args::prepare);
@@ -146,6 +149,18 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
         "two-site DMRG, Heisenberg chain: L = {}, chi = {}, at most {} sweeps, tol = {:e}, {}",
         args.sites, settings.chi, settings.sweeps, settings.tol, threads
     );
+    if args.spill.is_some() {
+        // Dropped environments would otherwise wait in the buffer pool (512 MiB by default)
+        // for a tensor of their size: with the environments on disk, keep the pool small.
+        tessera::core::set_buffer_pool_limits(SPILL_POOL_BYTES, tessera::core::POOL_ENTRIES);
+        println!(
+            "environments spill to {}; buffer pool limited to {} MiB",
+            args.spill
+                .as_ref()
+                .map_or(String::new(), |d| d.display().to_string()),
+            SPILL_POOL_BYTES >> 20
+        );
+    }
     if trace.is_some() {
         runtime.start_trace();
     }

@@ -1,25 +1,37 @@
 //! Environments on disk: the store that keeps the environment tensors a step does not touch
-//! in files, writing them and loading them back as tasks that overlap the computation.
+//! in files, writing them behind the computation and loading them back as tasks that
+//! overlap it.
 //!
 //! Owns: the [`SpillStore`] interface the environments use and its one implementation, a
-//! directory of `.npz` files ([`DiskSpill`], one [`Checkpoint`] per environment). Invariants:
-//! an environment handed to the store is written by [`Checkpoint::save_async`] (which waits
-//! only for the tensor's own pending writes; the memory is freed when the write is done), a
+//! directory of `.npz` files ([`DiskSpill`], one [`Checkpoint`] per environment) with its
+//! writer thread. Invariants: an environment handed to the store is written by the writer
+//! thread, which waits only for the tensor's own pending writes (a plain host read there)
+//! and frees the tensor once its file is written; at most [`QUEUED`] writes wait for that
+//! thread, so a slow disk slows the sweep instead of piling environments up in memory; a
 //! load of an environment is enrolled only after its write has finished (so it reads that
-//! write's file, never an older one), and the file of an environment the store forgets or
-//! outlives is removed.
+//! write's file, never an older one); the files the store wrote are removed when it is
+//! dropped.
+//!
+//! Why a thread for the writes and tasks for the loads: a write ends in `fsync` (a
+//! checkpoint's atomic save), which would hold one of the runtime's compute workers for the
+//! whole disk round trip; a load reads a file written moments ago, from the page cache, and
+//! decodes it, which is work like any other.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 
 use tessera_blocks::AbelianSector;
 use tessera_core::Async;
-use tessera_io::{Checkpoint, Saving, SectorCodec};
+use tessera_io::{Checkpoint, SectorCodec};
 
 use super::environments::Key;
 use super::heff::Tensor;
 use crate::{Error, Result};
+
+/// How many environments may wait for the writer thread before the sweep waits for it.
+pub(crate) const QUEUED: usize = 2;
 
 /// Where the environments a step does not touch go, and how they come back.
 pub(crate) trait SpillStore<S: AbelianSector>: std::fmt::Debug {
@@ -29,7 +41,7 @@ pub(crate) trait SpillStore<S: AbelianSector>: std::fmt::Debug {
     fn prefetch(&mut self, key: Key) -> Result<()>;
     /// Environment `key`, waiting for its load (starting it first if need be).
     fn take(&mut self, key: Key) -> Result<Tensor<S>>;
-    /// Forgets `key` (it is invalid now): its file is removed once written.
+    /// Forgets `key` (it is invalid now).
     fn forget(&mut self, key: Key);
 }
 
@@ -40,12 +52,52 @@ struct Load<S: AbelianSector> {
     slot: Arc<Mutex<Option<Tensor<S>>>>,
 }
 
+/// One write for the writer thread: the tensor, its file, and where to say it is written.
+struct Job<S: SectorCodec> {
+    tensor: Tensor<S>,
+    path: PathBuf,
+    done: SyncSender<std::result::Result<(), tessera_io::Error>>,
+}
+
+/// The writer thread and its queue.
+struct Writer<S: SectorCodec> {
+    jobs: Option<SyncSender<Job<S>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<S: SectorCodec> Writer<S> {
+    fn start() -> Result<Self> {
+        let (jobs, queue) = sync_channel::<Job<S>>(QUEUED);
+        let thread = std::thread::Builder::new()
+            .name("tessera-dmrg-spill".into())
+            .spawn(move || {
+                for job in queue {
+                    let mut ck = Checkpoint::new();
+                    // The host read waits for the tensor's own pending writes only.
+                    let written = ck.put_tensor(NAME, &job.tensor);
+                    drop(job.tensor);
+                    let _ = job.done.send(written.and_then(|()| ck.save(&job.path)));
+                }
+            })
+            .map_err(|e| Error::Dmrg {
+                what: "spill writer thread".into(),
+                expected: "a thread".into(),
+                found: e.to_string(),
+            })?;
+        Ok(Self {
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
+    }
+}
+
 /// The spill store of a directory: environment `key` lives in `DIR/env-{key}.npz`.
 pub(crate) struct DiskSpill<S: SectorCodec> {
     dir: PathBuf,
-    /// Writes in flight or finished, by environment; finished ones are kept until their
-    /// load (their `wait` then returns at once).
-    saves: HashMap<Key, Saving>,
+    writer: Writer<S>,
+    /// Writes handed to the writer, by environment, until a load or a new write of that
+    /// environment has waited for them.
+    saves: HashMap<Key, Receiver<std::result::Result<(), tessera_io::Error>>>,
     loads: HashMap<Key, Load<S>>,
     /// Every file written, to remove them at the end.
     written: Vec<PathBuf>,
@@ -62,7 +114,7 @@ impl<S: SectorCodec> std::fmt::Debug for DiskSpill<S> {
 }
 
 impl<S: SectorCodec> DiskSpill<S> {
-    /// A store in `dir` (created if missing; refused if it cannot be written).
+    /// A store in `dir` (created if missing).
     pub(crate) fn new(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|source| tessera_io::Error::Io {
             path: dir.to_owned(),
@@ -70,6 +122,7 @@ impl<S: SectorCodec> DiskSpill<S> {
         })?;
         Ok(Self {
             dir: dir.to_owned(),
+            writer: Writer::start()?,
             saves: HashMap::new(),
             loads: HashMap::new(),
             written: Vec::new(),
@@ -80,12 +133,23 @@ impl<S: SectorCodec> DiskSpill<S> {
         self.dir.join(format!("env-{key}.npz"))
     }
 
-    /// Waits for the write of `key`, if one was made.
+    /// Waits for the write of `key`, if one was handed to the writer.
     fn written(&mut self, key: Key) -> Result<()> {
-        if let Some(saving) = self.saves.remove(&key) {
-            saving.wait()?;
+        if let Some(done) = self.saves.remove(&key) {
+            match done.recv() {
+                Ok(result) => result?,
+                Err(_) => return Err(writer_gone()),
+            }
         }
         Ok(())
+    }
+}
+
+fn writer_gone() -> Error {
+    Error::Dmrg {
+        what: "spill writer thread".into(),
+        expected: "a thread that reports every write".into(),
+        found: "a thread that stopped".into(),
     }
 }
 
@@ -94,19 +158,25 @@ const NAME: &str = "environment";
 
 impl<S: SectorCodec> SpillStore<S> for DiskSpill<S> {
     fn write(&mut self, key: Key, tensor: Tensor<S>) -> Result<()> {
-        // A load still in flight for this key holds the previous contents: finish it.
+        // A load still in flight for this key reads the previous file: finish it.
         if let Some(load) = self.loads.remove(&key) {
             load.done.wait()?;
         }
         // Two writes of one file must not overlap (they share its temporary name).
         self.written(key)?;
         let path = self.path(key);
-        let saving = Checkpoint::new().save_async(&path, &[(NAME, &tensor)])?;
         if !self.written.contains(&path) {
-            self.written.push(path);
+            self.written.push(path.clone());
         }
-        self.saves.insert(key, saving);
-        // `tensor` drops here; the save task holds its blocks until it has written them.
+        let (done, report) = sync_channel(1);
+        let jobs = self
+            .writer
+            .jobs
+            .as_ref()
+            .expect("the writer runs until drop");
+        jobs.send(Job { tensor, path, done })
+            .map_err(|_| writer_gone())?;
+        self.saves.insert(key, report);
         Ok(())
     }
 
@@ -148,7 +218,8 @@ impl<S: SectorCodec> SpillStore<S> for DiskSpill<S> {
 
     fn forget(&mut self, key: Key) {
         // The file is overwritten by the next write of `key` or removed at the end; a load
-        // in flight finishes on its own and its tensor is dropped with it.
+        // in flight finishes on its own and its tensor is dropped with it, a write in flight
+        // is waited for by the next write of `key` or at the end.
         self.loads.remove(&key);
     }
 }
@@ -167,13 +238,15 @@ fn load_error(e: tessera_core::Error) -> Error {
 
 impl<S: SectorCodec> Drop for DiskSpill<S> {
     fn drop(&mut self) {
-        // Let every task that touches the files finish, then remove them; errors here have
-        // no one left to report to (a failed write already failed its load).
+        // Let every load finish and the writer drain its queue, then remove the files;
+        // errors here have no one left to report to (a failed write already failed its
+        // load, or concerned an environment no longer needed).
         for (_, load) in self.loads.drain() {
             let _ = load.done.wait();
         }
-        for (_, saving) in self.saves.drain() {
-            let _ = saving.wait();
+        self.writer.jobs = None;
+        if let Some(thread) = self.writer.thread.take() {
+            let _ = thread.join();
         }
         for path in &self.written {
             let _ = std::fs::remove_file(path);
