@@ -1,10 +1,16 @@
 //! The contractions of a two-site sweep and the effective Hamiltonian of a pair.
 //!
 //! Owns: [`Contractions`] (every spec a sweep applies, parsed once; their plans are cached by
-//! structure in the global plan cache) and [`EffectiveHamiltonian`]. Invariant: the specs
-//! follow the crate's leg conventions (MPS `(k In, s In, r Out)`, MPO `(a In, o In, i Out,
-//! b Out)`), a left environment has legs `(k Out, a Out, y In)` and a right one
+//! structure in the global plan cache), [`sweep_order`] and [`EffectiveHamiltonian`].
+//! Invariant: the specs follow the crate's leg conventions for the MPS `(k In, s In, r Out)`
+//! and take each MPO tensor in sweep order, `W(a In, i Out, o In, b Out)` (the crate's
+//! `(a, o, i, b)` with its physical legs swapped by [`sweep_order`], a permutation, so the
+//! same graded element); a left environment has legs `(k Out, a Out, y In)` and a right one
 //! `(r In, b In, z Out)`, so `H theta` has the structure of `theta`.
+//!
+//! Why the sweep order: the contractions meet an MPO tensor with `(a, i)` contracted and
+//! `(o, b)` free, so in this order its matrix form needs no permutation, and every product
+//! with `W` (two per Lanczos step, one per environment) skips a permutation task.
 //!
 //! Labels: `k`/`y` the left ket/bra bond, `r`/`z` the right ket/bra bond, `a`/`b`/`c` MPO
 //! bonds, `s`/`t` ket and `u`/`v` bra physical legs, `m` an inner MPS bond. A bra operand
@@ -46,9 +52,9 @@ impl<S: AbelianSector> std::ops::Deref for Signed<'_, S> {
 pub(crate) struct Contractions {
     /// `(L theta) W1 W2 R`: `theta(k, s, t, r) -> (y, u, v, z)`, split as `theta`.
     pub(crate) heff: [Contraction; 4],
-    /// `L'(r, b, z) = L(k, a, y) A(k, s, r) W(a, u, s, b) conj(A)(y, u, z)`.
+    /// `L'(r, b, z) = L(k, a, y) A(k, s, r) W(a, s, u, b) conj(A)(y, u, z)`.
     pub(crate) left: [Contraction; 3],
-    /// `R'(k, a, y) = A(k, s, r) R(r, b, z) W(a, u, s, b) conj(A)(y, u, z)`.
+    /// `R'(k, a, y) = A(k, s, r) R(r, b, z) W(a, s, u, b) conj(A)(y, u, z)`.
     pub(crate) right: [Contraction; 3],
     /// `theta = A_i A_{i+1}`.
     pub(crate) pair: Contraction,
@@ -63,18 +69,18 @@ impl Contractions {
         Ok(Self {
             heff: [
                 Contraction::new("kay,kstr->yastr")?,
-                Contraction::new("yastr,ausb->yubtr")?,
-                Contraction::new("yubtr,bvtc->yuvcr")?,
+                Contraction::new("yastr,asub->yubtr")?,
+                Contraction::new("yubtr,btvc->yuvcr")?,
                 Contraction::new("yuvcr,rcz->yu|vz")?,
             ],
             left: [
                 Contraction::new("kay,ksr->yasr")?,
-                Contraction::new("yasr,ausb->yrub")?,
+                Contraction::new("yasr,asub->yrub")?,
                 Contraction::new("yrub,yuz->rbz")?.conj_b(),
             ],
             right: [
                 Contraction::new("ksr,rbz->ksbz")?,
-                Contraction::new("ksbz,ausb->kzau")?,
+                Contraction::new("ksbz,asub->kzau")?,
                 Contraction::new("kzau,yuz->kay")?.conj_b(),
             ],
             pair: Contraction::new("ksm,mtr->ks|tr")?,
@@ -82,6 +88,12 @@ impl Contractions {
             absorb_left: Contraction::new("ksm,mr->ks|r")?,
         })
     }
+}
+
+/// `w` (an MPO tensor `(a, o, i, b)`) in sweep order `(a, i | o, b)`: the same element with
+/// its physical legs swapped (the permutation carries the sign of swapping two odd legs).
+pub(crate) fn sweep_order<S: AbelianSector>(w: &Tensor<S>) -> Result<Tensor<S>> {
+    Ok(w.permute(&[0, 2, 1, 3], 2)?)
 }
 
 /// The Hamiltonian projected onto a pair of sites: `theta -> L W_i W_{i+1} R theta`, with

@@ -92,7 +92,7 @@ use tessera_coalesce::{Truncation, svd};
 
 use crate::{Error, Mpo, Mps, Result};
 use environments::{Environments, Key, edges, grow_left, grow_right, twisted_right};
-use heff::{Contractions, Tensor};
+use heff::{Contractions, Tensor, sweep_order};
 
 /// How the bra layer of the network is made from the ket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -266,6 +266,8 @@ pub(crate) trait AfterSweep<S: AbelianSector>: std::fmt::Debug {
 pub struct Dmrg<S: AbelianSector> {
     settings: Settings,
     mpo: Mpo<S>,
+    /// The MPO tensors in sweep order (see the `heff` module).
+    w: Vec<Tensor<S>>,
     mps: Vec<Tensor<S>>,
     envs: Environments<S>,
     c: Contractions,
@@ -321,9 +323,15 @@ impl<S: AbelianSector> Dmrg<S> {
         }
         let mps = start.into_tensors();
         let (left, right) = edges(&mps[0], &mps[l - 1], &mpo)?;
+        let w = mpo
+            .tensors()
+            .iter()
+            .map(sweep_order)
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             settings,
             mpo,
+            w,
             mps,
             envs: Environments::new(l, left, right),
             c: Contractions::new()?,
@@ -338,13 +346,7 @@ impl<S: AbelianSector> Dmrg<S> {
     /// `right[i]` from `right[i + 1]` and the MPS tensor at site `i`.
     fn build_right(&mut self, i: usize) -> Result<()> {
         let r = self.envs.get(Key::Right(i + 1))?;
-        let t = grow_right(
-            &self.c,
-            r,
-            &self.mps[i],
-            &self.mpo.tensors()[i],
-            self.settings.bra,
-        )?;
+        let t = grow_right(&self.c, r, &self.mps[i], &self.w[i], self.settings.bra)?;
         self.envs.set_right(i, t);
         Ok(())
     }
@@ -352,13 +354,7 @@ impl<S: AbelianSector> Dmrg<S> {
     /// `left[i + 1]` from `left[i]` and the MPS tensor at site `i`.
     fn build_left(&mut self, i: usize) -> Result<()> {
         let l = self.envs.get(Key::Left(i))?;
-        let t = grow_left(
-            &self.c,
-            l,
-            &self.mps[i],
-            &self.mpo.tensors()[i],
-            self.settings.bra,
-        )?;
+        let t = grow_left(&self.c, l, &self.mps[i], &self.w[i], self.settings.bra)?;
         self.envs.set_left(i + 1, t);
         Ok(())
     }
@@ -515,10 +511,9 @@ impl<S: AbelianSector> Dmrg<S> {
     pub fn effective_hamiltonian(&mut self, i: usize) -> Result<EffectiveHamiltonian<'_, S>> {
         self.check_pair(i)?;
         let (left, right) = self.envs.pair(i)?;
-        let w = self.mpo.tensors();
         Ok(EffectiveHamiltonian {
             left,
-            w: [&w[i], &w[i + 1]],
+            w: [&self.w[i], &self.w[i + 1]],
             right: twisted_right(right)?,
             steps: &self.c.heff,
         })
