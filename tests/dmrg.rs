@@ -249,7 +249,7 @@ fn a_run_with_spilled_environments_has_the_same_energies() {
             let mut plain = heisenberg_run(20, settings.clone())?;
             plain.run(|_| {}, |_| {})?;
             let mut spilled = heisenberg_run(20, settings)?;
-            spilled.spill_to(&dir)?;
+            spilled.spill_to(&dir, 0)?;
             spilled.run(|_| {}, |_| {})?;
             assert!(spilled.resident_environments() < plain.resident_environments() / 2);
             assert_eq!(plain.energies().len(), spilled.energies().len());

@@ -154,7 +154,7 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
         // for a tensor of their size: with the environments on disk, keep the pool small.
         tessera::core::set_buffer_pool_limits(SPILL_POOL_BYTES, tessera::core::POOL_ENTRIES);
         println!(
-            "environments spill to {}; buffer pool limited to {} MiB",
+            "environments of 1 MiB and more spill to {}; buffer pool limited to {} MiB",
             args.spill
                 .as_ref()
                 .map_or(String::new(), |d| d.display().to_string()),
@@ -198,7 +198,7 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
             dmrg.save_every_sweep(dir)?;
         }
         if let Some(dir) = &args.spill {
-            dmrg.spill_to(dir)?;
+            dmrg.spill_to(dir, tessera::mps::dmrg::SPILL_MIN_BYTES)?;
         }
         println!(
             "{:>5} {:>22} {:>12} {:>6} {:>8} {:>9}",

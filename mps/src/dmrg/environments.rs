@@ -54,6 +54,8 @@ pub(crate) struct Environments<S: AbelianSector> {
     left_valid: usize,
     right_valid: usize,
     spill: Option<Box<dyn SpillStore<S>>>,
+    /// Environments smaller than this stay in memory even with a spill store.
+    spill_min_bytes: usize,
 }
 
 /// The operand whose in-place conjugate is the bra of `a`: the reversal-signed copy for the
@@ -138,6 +140,7 @@ impl<S: AbelianSector> Environments<S> {
             left_valid: 0,
             right_valid: sites,
             spill: None,
+            spill_min_bytes: 0,
         }
     }
 
@@ -254,8 +257,9 @@ impl<S: AbelianSector> Environments<S> {
         Ok(())
     }
 
-    /// With a spill store, writes every resident environment except the edges and `keep`
-    /// to it (asynchronously) and drops it from memory; without one, does nothing.
+    /// With a spill store, writes every resident environment except the edges, `keep` and
+    /// those below the store's size threshold to it (asynchronously) and drops it from
+    /// memory; without one, does nothing.
     pub(crate) fn spill_except(&mut self, keep: &[Key]) -> Result<()> {
         let Some(mut store) = self.spill.take() else {
             return Ok(());
@@ -268,7 +272,10 @@ impl<S: AbelianSector> Environments<S> {
             .collect();
         let mut result = Ok(());
         for key in candidates {
-            if let Slot::Resident(_) = self.slot(key) {
+            let min = self.spill_min_bytes;
+            if let Slot::Resident(t) = self.slot(key)
+                && t.structure().total_len() * std::mem::size_of::<f64>() >= min
+            {
                 let Slot::Resident(t) = std::mem::replace(self.slot(key), Slot::Spilled) else {
                     unreachable!()
                 };
@@ -282,10 +289,14 @@ impl<S: AbelianSector> Environments<S> {
         result
     }
 
-    /// Hands the environments to `store` from now on (those resident stay resident until
-    /// the next [`spill_except`](Self::spill_except)); a previous store's environments are
-    /// loaded back first.
-    pub(crate) fn set_spill(&mut self, store: Box<dyn SpillStore<S>>) -> Result<()> {
+    /// Hands the environments of at least `min_bytes` bytes to `store` from now on (those
+    /// resident stay resident until the next [`spill_except`](Self::spill_except)); a
+    /// previous store's environments are loaded back first.
+    pub(crate) fn set_spill(
+        &mut self,
+        store: Box<dyn SpillStore<S>>,
+        min_bytes: usize,
+    ) -> Result<()> {
         if self.spill.is_some() {
             let keys: Vec<Key> = (0..=self.left_valid)
                 .map(Key::Left)
@@ -296,6 +307,7 @@ impl<S: AbelianSector> Environments<S> {
             }
         }
         self.spill = Some(store);
+        self.spill_min_bytes = min_bytes;
         Ok(())
     }
 

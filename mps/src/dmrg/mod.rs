@@ -87,6 +87,9 @@ pub use spectrum::BondSpectrum;
 
 use std::time::{Duration, Instant};
 
+/// A size threshold for [`Dmrg::spill_to`]: environments below 1 MiB stay in memory.
+pub const SPILL_MIN_BYTES: usize = 1 << 20;
+
 use tessera_blocks::{AbelianSector, AsyncArray};
 use tessera_coalesce::{Truncation, svd};
 

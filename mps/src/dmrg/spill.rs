@@ -257,18 +257,21 @@ impl<S: SectorCodec> Drop for DiskSpill<S> {
 impl<S: SectorCodec> super::Dmrg<S> {
     /// Keeps the environment tensors that the current step does not touch in files in `dir`
     /// (created if missing) from now on: after each step of a [`sweep`](Self::sweep), every
-    /// environment the next two steps do not need is written out as a task and dropped from
-    /// memory, and before each step the one the next step needs is loaded back as a task
-    /// that overlaps the step. The numbers are those of a run without spilling. The files
-    /// are removed when the run is dropped.
+    /// environment of at least `min_bytes` bytes that the next two steps do not need is
+    /// handed to a writer thread, which writes it and frees it; before each step the one
+    /// the next step needs is loaded back by a task that overlaps the step. Smaller
+    /// environments stay in memory (writing a few kilobytes saves nothing and costs a disk
+    /// round trip; [`SPILL_MIN_BYTES`](super::SPILL_MIN_BYTES) is a sensible threshold, 0
+    /// spills everything). The numbers are those of a run without spilling. The files are
+    /// removed when the run is dropped.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] when `dir` cannot be created; the errors of writing the environments
     /// not needed now.
-    pub fn spill_to(&mut self, dir: impl AsRef<Path>) -> Result<()> {
+    pub fn spill_to(&mut self, dir: impl AsRef<Path>, min_bytes: usize) -> Result<()> {
         let store = DiskSpill::<S>::new(dir.as_ref())?;
-        self.envs.set_spill(Box::new(store))?;
+        self.envs.set_spill(Box::new(store), min_bytes)?;
         let keep: Vec<Key> = self
             .envs
             .pairs()

@@ -408,7 +408,7 @@ fn spilled_environments_give_the_same_run_and_leave_few_in_memory() {
         plain.run(|_| {}, |_| {}).unwrap();
         let dir = temp_dir("spill");
         let mut spilled = Dmrg::new(model.mpo(), model.start(6), s).unwrap();
-        spilled.spill_to(&dir).unwrap();
+        spilled.spill_to(&dir, 0).unwrap();
         let mut most = 0;
         for _ in 0..4 {
             spilled.sweep(|_| {}).unwrap();
