@@ -1,16 +1,28 @@
-//! The DMRG driver's machinery (`examples/dmrg/heisenberg.rs`) against exact diagonalisation
-//! of the dense Heisenberg Hamiltonian, the thermodynamic limit, and the task timeline it
-//! records.
+//! The DMRG engine (`tessera::mps::dmrg`) on the driver's Heisenberg chain
+//! (`examples/dmrg/heisenberg.rs`) against exact diagonalisation of the dense Hamiltonian,
+//! the thermodynamic limit, the task timeline it records, and a resumed and a spilled run
+//! against the uninterrupted one.
 
-// The driver's module, compiled here as it is there; the driver uses all of it, this test
-// only part.
+// The driver's model, compiled here as it is there.
 #[allow(dead_code)]
 #[path = "../examples/dmrg/heisenberg.rs"]
 mod heisenberg;
 
-use heisenberg::{Dmrg, Settings};
 use tessera::core::TraceEvent;
+use tessera::mps::dmrg::{Dmrg, Settings, SweepStats};
 use tessera::prelude::Runtime;
+
+/// A run of the Heisenberg chain of `sites` sites from the Néel state.
+fn heisenberg_run(
+    sites: usize,
+    settings: Settings,
+) -> heisenberg::Result<Dmrg<tessera::blocks::U1>> {
+    Ok(Dmrg::new(
+        heisenberg::mpo(sites)?,
+        heisenberg::neel(sites)?,
+        settings,
+    )?)
+}
 
 /// The ground-state energy of the open spin-1/2 Heisenberg chain of `l` sites in the sector
 /// with `l / 2` spins up (the ground state's sector, `Sz = 0` for even `l`), from the dense
@@ -43,7 +55,9 @@ fn exact_energy(l: usize) -> f64 {
 
 fn dmrg_energy(runtime: &Runtime, sites: usize, chi: usize) -> f64 {
     runtime
-        .enter(|| Dmrg::new(Settings::new(sites, chi))?.run(|_| {}, |_| {}))
+        .enter(|| -> heisenberg::Result<f64> {
+            Ok(heisenberg_run(sites, Settings::new(chi))?.run(|_| {}, |_| {})?)
+        })
         .expect("the DMRG run succeeds")
 }
 
@@ -68,9 +82,11 @@ fn a_truncated_run_is_variational_and_reports_its_discarded_weight() {
     // energy (a Rayleigh quotient in the span of the isometries) lies above the exact one,
     // and not by much.
     let runtime = Runtime::new(2).unwrap();
-    let mut sweeps = Vec::new();
+    let mut sweeps: Vec<SweepStats> = Vec::new();
     let energy = runtime
-        .enter(|| Dmrg::new(Settings::new(12, 8))?.run(|_| {}, |s| sweeps.push(*s)))
+        .enter(|| -> heisenberg::Result<f64> {
+            Ok(heisenberg_run(12, Settings::new(8))?.run(|_| {}, |s| sweeps.push(*s))?)
+        })
         .unwrap();
     let exact = exact_energy(12);
     assert!(
@@ -168,4 +184,80 @@ fn a_dmrg_run_writes_a_chrome_trace_of_its_tasks() {
             .collect();
         assert!(ends.windows(2).all(|w| w[0] <= w[1] + 1e-2), "worker {tid}");
     }
+}
+
+/// A fresh, empty directory for this test's files.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tessera-dmrg-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn a_run_resumed_from_its_checkpoint_reaches_the_uninterrupted_energy() {
+    // N = 5 sweeps straight through against k = 2 sweeps, a checkpoint, and N - k = 3 more
+    // from it in a new run (tol = 0: exactly the sweeps asked for).
+    let runtime = Runtime::new(2).unwrap();
+    let (l, chi, n, k) = (16, 24, 5, 2);
+    let dir = scratch("resume");
+    let settings = |sweeps| Settings {
+        sweeps,
+        tol: 0.0,
+        ..Settings::new(chi)
+    };
+    runtime
+        .enter(|| -> heisenberg::Result<()> {
+            let mut whole = heisenberg_run(l, settings(n))?;
+            let straight = whole.run(|_| {}, |_| {})?;
+            let mut first = heisenberg_run(l, settings(k))?;
+            first.save_every_sweep(&dir)?;
+            first.run(|_| {}, |_| {})?;
+            drop(first);
+            let mut rest = Dmrg::resume(heisenberg::mpo(l)?, &dir, settings(n))?;
+            let mut resumed_sweeps = Vec::new();
+            let resumed = rest.run(|_| {}, |s| resumed_sweeps.push(s.sweep))?;
+            assert_eq!(resumed_sweeps, vec![3, 4, 5]);
+            assert!(
+                (straight - resumed).abs() < 1e-12,
+                "{straight} vs {resumed}"
+            );
+            assert_eq!(whole.energies().len(), rest.energies().len());
+            // A checkpoint of another size or bond dimension is refused, saying which.
+            let e = Dmrg::resume(heisenberg::mpo(l + 2)?, &dir, settings(n)).unwrap_err();
+            assert!(
+                e.to_string().contains("number of sites: expected 18"),
+                "{e}"
+            );
+            let e = Dmrg::resume(heisenberg::mpo(l)?, &dir, Settings::new(chi + 1)).unwrap_err();
+            assert!(e.to_string().contains("chi: expected 25, found 24"), "{e}");
+            Ok(())
+        })
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_run_with_spilled_environments_has_the_same_energies() {
+    let runtime = Runtime::new(2).unwrap();
+    let dir = scratch("spill");
+    runtime
+        .enter(|| -> heisenberg::Result<()> {
+            let settings = Settings {
+                sweeps: 3,
+                ..Settings::new(16)
+            };
+            let mut plain = heisenberg_run(20, settings.clone())?;
+            plain.run(|_| {}, |_| {})?;
+            let mut spilled = heisenberg_run(20, settings)?;
+            spilled.spill_to(&dir, 0)?;
+            spilled.run(|_| {}, |_| {})?;
+            assert!(spilled.resident_environments() < plain.resident_environments() / 2);
+            assert_eq!(plain.energies().len(), spilled.energies().len());
+            for (a, b) in plain.energies().iter().zip(spilled.energies()) {
+                assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+            }
+            Ok(())
+        })
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }

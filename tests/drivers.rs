@@ -91,6 +91,60 @@ fn dmrg_refuses_bad_flags_naming_them() {
 }
 
 #[test]
+fn dmrg_refuses_checkpoint_and_spill_directories_it_cannot_use() {
+    let dir = scratch("dmrg-dirs");
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let under_file = file.join("sub");
+    let missing = dir.join("missing");
+    let (empty, file, under_file, missing) = (
+        empty.to_str().unwrap(),
+        file.to_str().unwrap(),
+        under_file.to_str().unwrap(),
+        missing.to_str().unwrap(),
+    );
+    let cases: &[(&[&str], &str, &str)] = &[
+        (&["--resume", missing], "--resume", "no checkpoint"),
+        (&["--resume", empty], "--resume", "no checkpoint"),
+        (&["--resume", file], "--resume", "no checkpoint"),
+        (&["--save", file], "--save", "cannot create"),
+        (&["--save", under_file], "--save", "cannot create"),
+        (&["--spill", file], "--spill", "cannot create"),
+        (&["--spill", under_file], "--spill", "cannot create"),
+        (&["--save"], "--save", ""),
+        (&["--spill", empty, "--spill", empty], "--spill", ""),
+    ];
+    for &(argv, flag, why) in cases {
+        let refused = refusal("dmrg", argv, dmrg::Args::prepare);
+        assert!(refused.1.contains(why), "{argv:?}: {}", refused.1);
+        check("dmrg", argv, flag, refused);
+    }
+    // --resume is checked before --save creates anything.
+    let fresh = dir.join("fresh");
+    let (code, text) = refusal(
+        "dmrg",
+        &["--resume", missing, "--save", fresh.to_str().unwrap()],
+        dmrg::Args::prepare,
+    );
+    assert_eq!(code, 2, "{text}");
+    assert!(!fresh.exists());
+    assert!(!Path::new(missing).exists());
+    // Usable directories are accepted (and created), and nothing is left in them.
+    let save = dir.join("new").join("checkpoints");
+    let p =
+        dmrg::Args::try_parse_from(["dmrg", "--save", save.to_str().unwrap(), "--spill", empty])
+            .unwrap()
+            .prepare()
+            .unwrap();
+    assert_eq!(p.args.save.as_deref(), Some(save.as_path()));
+    assert_eq!(std::fs::read_dir(&save).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(empty).unwrap().count(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn task_graph_refuses_bad_flags_naming_them() {
     let cases: &[(&[&str], &str)] = &[
         (&["--records", "abc"], "--records"),
@@ -189,6 +243,7 @@ fn defaults_and_range_edges_are_accepted() {
         (32, 128, 20, 1e-10, 0)
     );
     assert!(a.trace.is_none());
+    assert!(a.save.is_none() && a.resume.is_none() && a.spill.is_none());
     let a = dmrg::Args::try_parse_from([
         "dmrg", "--sites", "2", "--chi", "1", "--sweeps", "1", "--tol", "0",
     ])
@@ -395,4 +450,104 @@ fn a_bad_flag_exits_with_status_2_end_to_end() {
         "nothing ran: {:?}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// The `dmrg` example run by cargo with `argv`: its exit status, stdout and stderr.
+fn run_dmrg(argv: &[&str]) -> (Option<i32>, String, String) {
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    cargo
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["run", "--quiet", "--example", "dmrg"]);
+    if !cfg!(debug_assertions) {
+        cargo.arg("--release");
+    }
+    let out = cargo.arg("--").args(argv).output().expect("cargo runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `E0 = ...` line of a run's stdout.
+fn ground_energy(stdout: &str) -> f64 {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("E0 = "))
+        .unwrap_or_else(|| panic!("no E0 line in:\n{stdout}"));
+    line.trim().parse().unwrap()
+}
+
+/// `--save`, `--resume` and `--spill` end to end: a run resumed from the checkpoint of its
+/// first sweeps and a run with its environments on disk print the E0 of the run straight
+/// through; a checkpoint of another size is refused; progress on a pipe is plain lines.
+#[test]
+fn dmrg_saves_resumes_and_spills_end_to_end() {
+    let dir = scratch("dmrg-e2e");
+    let ck = dir.join("ck");
+    let spill = dir.join("spill");
+    let (ck, spill) = (ck.to_str().unwrap(), spill.to_str().unwrap());
+    let base = [
+        "--sites",
+        "12",
+        "--chi",
+        "16",
+        "--tol",
+        "0",
+        "--threads",
+        "2",
+    ];
+    let with = |extra: &[&str]| -> Vec<String> {
+        base.iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    let run = |extra: &[&str]| {
+        let argv = with(extra);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let (code, stdout, stderr) = run_dmrg(&argv);
+        assert_eq!(
+            code,
+            Some(0),
+            "{argv:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+        assert!(
+            !stderr.contains('\r'),
+            "carriage return on a pipe:\n{stderr}"
+        );
+        (stdout, stderr)
+    };
+    let (straight, stderr) = run(&["--sweeps", "4"]);
+    assert!(
+        stderr.contains("sweep 1 step"),
+        "no progress line:\n{stderr}"
+    );
+    let straight = ground_energy(&straight);
+    let (first, _) = run(&["--sweeps", "2", "--save", ck]);
+    assert!(Path::new(ck).join("dmrg.npz").is_file(), "{first}");
+    let (resumed, _) = run(&["--sweeps", "4", "--resume", ck]);
+    assert!(resumed.contains("resumed from"), "{resumed}");
+    let resumed = ground_energy(&resumed);
+    assert!(
+        (resumed - straight).abs() < 1e-12,
+        "{resumed} vs {straight}"
+    );
+    let (spilled, _) = run(&["--sweeps", "4", "--spill", spill]);
+    let spilled = ground_energy(&spilled);
+    assert!(
+        (spilled - straight).abs() < 1e-12,
+        "{spilled} vs {straight}"
+    );
+    assert_eq!(
+        std::fs::read_dir(spill).unwrap().count(),
+        0,
+        "spill files left"
+    );
+    // Another chain length: a typed error naming what differs, status 1, nothing run.
+    let (code, stdout, stderr) = run_dmrg(&["--sites", "10", "--chi", "16", "--resume", ck]);
+    assert_eq!(code, Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("number of sites: expected 10 (the MPO's), found 12"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("E0"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

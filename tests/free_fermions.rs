@@ -1,13 +1,14 @@
 //! Free fermions as an end-to-end check of the fermionic sign convention (see the contract
-//! crate's docs): a two-site DMRG on `FermionicU1` block-sparse tensors whose MPO is written
-//! on graded legs, with no Jordan-Wigner string anywhere. The odd MPO bond sectors carry the
-//! fermion between the two ends of a hopping term, and the graded contractions supply every
-//! sign. Checked against the sum of the single-particle energies (open chains of 16 and 32
-//! sites, half filling, to `1e-10`) and, at small sizes and every filling, against exact
-//! diagonalisation of the dense many-body Hamiltonian built with explicit Jordan-Wigner
-//! signs. Next-nearest-neighbour hopping is included because with nearest-neighbour hopping
-//! alone an open chain of fermions has the spectrum of hard-core bosons, so it cannot tell a
-//! right sign from a missing one; a hop over a site can.
+//! crate's docs): the library's two-site DMRG (`tessera::mps::dmrg`) on `FermionicU1`
+//! block-sparse tensors whose MPO is written on graded legs, with no Jordan-Wigner string
+//! anywhere. The odd MPO bond sectors carry the fermion between the two ends of a hopping
+//! term, and the graded contractions supply every sign. Checked against the sum of the
+//! single-particle energies (open chains of 16 and 32 sites, half filling, to `1e-10`) and,
+//! at small sizes and every filling, against exact diagonalisation of the dense many-body
+//! Hamiltonian built with explicit Jordan-Wigner signs. Next-nearest-neighbour hopping is
+//! included because with nearest-neighbour hopping alone an open chain of fermions has the
+//! spectrum of hard-core bosons, so it cannot tell a right sign from a missing one; a hop
+//! over a site can.
 //!
 //! # How the signs work out
 //!
@@ -33,40 +34,40 @@
 //!   a permutation only relabels an element (it carries the Koszul sign so that the element
 //!   stays the same), so no sequence of library operations reverses the legs *without* that
 //!   sign. Read in the original leg order, the adjoint is the in-place conjugate times the
-//!   reversal sign, `(-1)` per pair of odd legs of a block: [`with_reversal_sign`] applies
-//!   it, the one sign this file writes besides the twist below. Without it the energies are
-//!   wrong (`the_in_place_conjugate_is_not_the_adjoint`): for an MPS tensor the sign is
-//!   `(-1)^{|r| + |k| |s|}`, and its `(-1)^{|r|}` on every bond is a Jordan-Wigner-like
-//!   string inside the bond sums.
+//!   reversal sign, `(-1)` per pair of odd legs of a block: `tessera::mps::graded::
+//!   reversal_signed` applies it, and the engine passes it as the bra operand of every
+//!   environment update. Without it the energies are wrong
+//!   (`the_in_place_conjugate_is_not_the_adjoint`, which runs the engine with
+//!   `Bra::InPlaceConjugate`): for an MPS tensor the sign is `(-1)^{|r| + |k| |s|}`, and its
+//!   `(-1)^{|r|}` on every bond is a Jordan-Wigner-like string inside the bond sums.
 //! - The twist: the graded pairing of an adjoint with a ket, `x^+ y`, meets the pairs of
 //!   their `Out` legs ket first, so it is `sum conj(x) y` times `(-1)` per odd `Out` leg, not
 //!   the Hilbert-space inner product. Inside the network every bond is closed and the
 //!   adjoint is exact, so this matters only for open `Out` legs: the right edge of the MPS
-//!   (it carries the particle number) and the right bond `r` of `theta`. So the right edge
-//!   environment is the identity twisted on its bra leg, and the effective Hamiltonian is
-//!   the network `L W W R theta` with the right environment twisted on its bra leg (the
-//!   output's `Out` leg): then `<theta'|H_eff theta>` (plain inner product, as Lanczos uses)
-//!   is `<psi'|H|psi>` and `H_eff` is symmetric (tested). With `L` and `R` the environments
-//!   of left and right isometries (SVD factors, orthonormal as plain matrices), `theta ->
-//!   psi` is an isometry, so Lanczos on `H_eff` is the usual DMRG step.
+//!   (it carries the particle number) and the right bond `r` of `theta`. So the engine's
+//!   right edge environment is the identity twisted on its bra leg, and its effective
+//!   Hamiltonian is the network `L W W R theta` with the right environment twisted on its bra
+//!   leg (the output's `Out` leg, `tessera::mps::graded::twisted`): then `<theta'|H_eff
+//!   theta>` (plain inner product, as Lanczos uses) is `<psi'|H|psi>` and `H_eff` is
+//!   symmetric (tested, and the same network without the twist is not). With `L` and `R` the
+//!   environments of left and right isometries (SVD factors, orthonormal as plain matrices),
+//!   `theta -> psi` is an isometry, so Lanczos on `H_eff` is the usual DMRG step.
 //!
 //! Both signs in their smallest form, on one tensor: the full contraction of `conj(A)` with
 //! `A` is `<A|A>` only with the reversal sign and the twist
 //! (`a_tensor_paired_with_its_conjugate_is_its_norm_only_with_the_reversal_sign_and_twist`).
 //!
-//! Duplicated from `examples/dmrg/heisenberg.rs` (which is `U1`-only): `lanczos`,
-//! `lowest_of_tridiagonal`, the sweep skeleton (`Dmrg::new`/`update_*`/`step`/`sweep`/`run`)
-//! and most contraction specs, adapted to `FermionicU1`; the MPO and its leg order, the
-//! product state, the reversal sign, the twists and the dense references are this file's
-//! own.
+//! This file's own: the MPO and its leg order, the product state and the dense references;
+//! the sweep, the Lanczos solver, the environments and both signs are the engine's.
 
 use std::sync::Arc;
 use tessera::blocks::{
-    AsyncArray, BlockStructure, Blocks, Direction, FermionParity, FermionicU1, Leg, Product,
-    Sector, U1,
+    AsyncArray, BlockStructure, Direction, FermionParity, FermionicU1, Leg, Product, Sector, U1,
 };
-use tessera::coalesce::{Truncation, svd};
 use tessera::contract::Contraction;
+use tessera::mps::dmrg::{Bra, Dmrg, Settings, Toward};
+use tessera::mps::graded::{reversal_signed, twisted};
+use tessera::mps::{Mpo, Mps};
 use tessera::prelude::Runtime;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -83,7 +84,7 @@ fn physical_leg() -> Result<Leg<FermionicU1>> {
     Ok(Leg::new(Direction::In, [(charge(0), 1), (charge(1), 1)])?)
 }
 
-/// MPO bond states by their dense index on the MPO leg (segments: charge -1, 0, +1, two
+/// MPO bond states by their dense index on the bulk MPO leg (segments: charge -1, 0, +1, two
 /// states each): an `a` placed on the site just left of the bond (`M1`) or on the one
 /// before (`M2`), waiting for its `a^+`; nothing placed yet; the term complete; likewise an
 /// `a^+` waiting for its `a` (`P1`, `P2`). The four waiting states are odd: they carry the
@@ -103,17 +104,31 @@ fn mpo_leg() -> Result<Leg<FermionicU1>> {
     )?)
 }
 
-/// The bulk MPO of `H = -sum_i [t1 (c_i^+ c_{i+1} + h.c.) + t2 (c_i^+ c_{i+2} + h.c.)]`,
-/// legs `(a In, u In, s Out, b Out)`, `W[a, u, s, b] = <u|O_ab|s>`. The hop over a site
-/// passes its middle site with the plain identity: the odd bond makes it a string.
-fn mpo(t1: f64, t2: f64) -> Result<Tensor> {
+/// The MPO tensor of `H = -sum_i [t1 (c_i^+ c_{i+1} + h.c.) + t2 (c_i^+ c_{i+2} + h.c.)]`
+/// that keeps the bond states `rows` on its left leg and `cols` on its right one (all six in
+/// the bulk; "nothing placed" alone on the left edge and "term complete" alone on the right
+/// edge, one-dimensional and even there). Legs `(a In, u In, s Out, b Out)`,
+/// `W[a, u, s, b] = <u|O_ab|s>`. The hop over a site passes its middle site with the plain
+/// identity: the odd bond makes it a string.
+fn mpo_tensor((t1, t2): (f64, f64), rows: &[usize], cols: &[usize]) -> Result<Tensor> {
     let (p, m) = (physical_leg()?, mpo_leg()?);
-    let s = BlockStructure::new([m.clone(), p.clone()], [p.dual(), m.dual()], charge(0))?;
+    let edge = Leg::new(Direction::In, [(charge(0), 1)])?;
+    let a = if rows.len() == MPO_DIM {
+        m.clone()
+    } else {
+        edge.clone()
+    };
+    let b = if cols.len() == MPO_DIM {
+        m.dual()
+    } else {
+        edge.dual()
+    };
+    let s = BlockStructure::new([a, p.clone()], [p.dual(), b], charge(0))?;
     let identity = |u: usize, s: usize| f64::from(u8::from(u == s));
     let create = |u: usize, s: usize| f64::from(u8::from(u == 1 && s == 0));
     let annihilate = |u: usize, s: usize| f64::from(u8::from(u == 0 && s == 1));
-    let at = |a: usize, u: usize, s: usize, b: usize| a + MPO_DIM * (u + 2 * (s + 2 * b));
-    let mut dense = vec![0.0; MPO_DIM * 4 * MPO_DIM];
+    let (nr, nc) = (rows.len(), cols.len());
+    let mut dense = vec![0.0; nr * 4 * nc];
     for (u, s_) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
         // c_i^+ c_j = a^+ ⊗ a and c_j^+ c_i = -a ⊗ a^+ (i < j), times -t.
         let entries = [
@@ -129,357 +144,66 @@ fn mpo(t1: f64, t2: f64) -> Result<Tensor> {
             (M2, DONE, t2 * create(u, s_)),
         ];
         for (a, b, v) in entries {
-            dense[at(a, u, s_, b)] += v;
+            let (Some(r), Some(c)) = (
+                rows.iter().position(|&x| x == a),
+                cols.iter().position(|&x| x == b),
+            ) else {
+                continue;
+            };
+            dense[r + nr * (u + 2 * (s_ + 2 * c))] += v;
         }
     }
     Ok(Tensor::from_dense(s, &dense)?)
 }
 
-/// A one-dimensional leg of `n` particles.
-fn trivial_leg(direction: Direction, n: i32) -> Result<Leg<FermionicU1>> {
-    Ok(Leg::new(direction, [(charge(n), 1)])?)
+/// The MPO of the hopping chain on `l` sites.
+fn mpo(l: usize, t: (f64, f64)) -> Result<Mpo<FermionicU1>> {
+    let all: Vec<usize> = (0..MPO_DIM).collect();
+    let tensors = (0..l)
+        .map(|i| {
+            let rows = if i == 0 { &[START][..] } else { &all };
+            let cols = if i == l - 1 { &[DONE][..] } else { &all };
+            mpo_tensor(t, rows, cols)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Mpo::new(tensors)?)
 }
 
 /// A product state of `n` particles on `l` sites, spread evenly (at half filling every
 /// second site is occupied): bond dimension 1.
-fn product_state(l: usize, n: usize) -> Result<Vec<Tensor>> {
-    let p = physical_leg()?;
+fn product_state(l: usize, n: usize) -> Result<Mps<FermionicU1>> {
     let mut placed = 0;
-    let mut mps = Vec::with_capacity(l);
-    for i in 0..l {
-        let occupied = (i + 1) * n / l > placed;
-        let next = placed + usize::from(occupied);
-        let s = BlockStructure::new(
-            [trivial_leg(Direction::In, placed as i32)?, p.clone()],
-            [trivial_leg(Direction::Out, next as i32)?],
-            charge(0),
-        )?;
-        let mut dense = [0.0; 2];
-        dense[usize::from(occupied)] = 1.0;
-        mps.push(Tensor::from_dense(s, &dense)?);
-        placed = next;
-    }
-    Ok(mps)
-}
-
-/// A copy of `x` with `(-1)` on the blocks whose sectors (one per leg) satisfy `negative`.
-fn negated(x: &Tensor, negative: impl Fn(&[FermionicU1]) -> bool) -> Result<Tensor> {
-    let ids: Vec<usize> = x
-        .structure()
-        .blocks()
-        .filter(|b| negative(b.sectors()))
-        .map(|b| b.id())
-        .collect();
-    let y = x.duplicate();
-    y.scale_blocks(-1.0, Blocks::Only(&ids))?;
-    Ok(y)
-}
-
-/// A copy of `a` with the sign of reversing its legs: `(-1)` on the blocks with an odd
-/// number of pairs of odd legs. Its in-place conjugate (the contraction's `conj_b`) is the
-/// graded adjoint of `a`, read in `a`'s leg order.
-fn with_reversal_sign(a: &Tensor) -> Result<Tensor> {
-    negated(a, |sectors| {
-        let odd = sectors.iter().filter(|s| s.parity()).count();
-        (odd * odd.saturating_sub(1) / 2) % 2 == 1
-    })
-}
-
-/// A copy of `x` with `(-1)` on the blocks whose sector on `leg` is odd: the twist that
-/// turns the graded pairing of an open `Out` leg into the Hilbert-space inner product.
-fn twisted(x: &Tensor, leg: usize) -> Result<Tensor> {
-    negated(x, |sectors| sectors[leg].parity())
-}
-
-/// How the bra layer is made from the ket.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Bra {
-    /// The graded adjoint: the in-place conjugate with the reversal sign (right).
-    Adjoint,
-    /// The in-place conjugate alone (wrong for fermions; kept to show that it is).
-    InPlace,
-}
-
-/// The contractions of a sweep. Labels: `k`/`y` left ket/bra bond, `r`/`z` right ket/bra
-/// bond, `a`/`b`/`c` MPO bonds, `s`/`t` ket and `u`/`v` bra physical legs. A left
-/// environment has legs `(k Out, a Out, y In)`, a right one `(r In, b In, z Out)`; a bra
-/// operand (conjugated by the contraction) is labelled `yuz`.
-struct Contractions {
-    heff: [Contraction; 4],
-    left: [Contraction; 3],
-    right: [Contraction; 3],
-    pair: Contraction,
-    absorb_right: Contraction,
-    absorb_left: Contraction,
-    bra: Bra,
-}
-
-impl Contractions {
-    fn new(bra: Bra) -> Result<Self> {
-        Ok(Self {
-            heff: [
-                Contraction::new("kay,kstr->yastr")?,
-                Contraction::new("yastr,ausb->yubtr")?,
-                Contraction::new("yubtr,bvtc->yuvcr")?,
-                Contraction::new("yuvcr,rcz->yu|vz")?,
-            ],
-            left: [
-                Contraction::new("kay,ksr->yasr")?,
-                Contraction::new("yasr,ausb->yrub")?,
-                Contraction::new("yrub,yuz->rbz")?.conj_b(),
-            ],
-            right: [
-                Contraction::new("ksr,rbz->ksbz")?,
-                Contraction::new("ksbz,ausb->kzau")?,
-                Contraction::new("kzau,yuz->kay")?.conj_b(),
-            ],
-            pair: Contraction::new("ksm,mtr->ks|tr")?,
-            absorb_right: Contraction::new("km,mtr->kt|r")?,
-            absorb_left: Contraction::new("ksm,mr->ks|r")?,
-            bra,
+    let states: Vec<usize> = (0..l)
+        .map(|i| {
+            let occupied = (i + 1) * n / l > placed;
+            placed += usize::from(occupied);
+            usize::from(occupied)
         })
-    }
+        .collect();
+    Ok(Mps::product_state(&vec![physical_leg()?; l], &states)?)
+}
 
-    /// The operand whose in-place conjugate is the bra of `a`.
-    fn bra_of(&self, a: &Tensor) -> Result<Tensor> {
-        match self.bra {
-            Bra::Adjoint => with_reversal_sign(a),
-            Bra::InPlace => Ok(a.duplicate()),
-        }
+/// The settings of these runs: bond dimension `chi`, at most 30 sweeps to `1e-12`, Lanczos
+/// to `1e-9` in at most 60 iterations, the bra made as `bra` says.
+fn settings(chi: usize, bra: Bra) -> Settings {
+    Settings {
+        sweeps: 30,
+        tol: 1e-12,
+        lanczos_tol: 1e-9,
+        lanczos_iter: 60,
+        bra,
+        ..Settings::new(chi)
     }
 }
 
-/// `theta -> L W W R theta`, with `right` already twisted on its bra leg.
-struct EffectiveHamiltonian<'a> {
-    left: &'a Tensor,
-    w: &'a Tensor,
-    right: &'a Tensor,
-    steps: &'a [Contraction; 4],
-}
-
-impl EffectiveHamiltonian<'_> {
-    fn apply(&self, theta: &Tensor) -> Result<Tensor> {
-        let t = self.steps[0].apply(self.left, theta)?;
-        let t = self.steps[1].apply(&t, self.w)?;
-        let t = self.steps[2].apply(&t, self.w)?;
-        Ok(self.steps[3].apply(&t, self.right)?)
-    }
-}
-
-/// The lowest eigenpair of the symmetric map `apply` by Lanczos with full
-/// reorthogonalisation (as in `examples/dmrg/heisenberg.rs`): the Ritz value and vector.
-fn lanczos(
-    apply: impl Fn(&Tensor) -> Result<Tensor>,
-    start: &Tensor,
-    tol: f64,
-    max_iter: usize,
-) -> Result<(f64, Tensor)> {
-    let max_iter = max_iter.clamp(1, start.structure().total_len().max(1));
-    let v0 = start.duplicate();
-    let n0 = v0.norm().get()?;
-    if n0 == 0.0 {
-        return Err("Lanczos: the start vector is zero".into());
-    }
-    v0.scale(1.0 / n0);
-    let mut basis = vec![v0];
-    let (mut alpha, mut beta): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
-    let (value, y) = loop {
-        let k = basis.len() - 1;
-        let w = apply(&basis[k])?;
-        let a = basis[k].inner(&w)?.get()?;
-        alpha.push(a);
-        w.axpy(-a, &basis[k])?;
-        if k > 0 {
-            w.axpy(-beta[k - 1], &basis[k - 1])?;
-        }
-        let overlaps = basis
-            .iter()
-            .map(|v| v.inner(&w))
-            .collect::<std::result::Result<Vec<_>, tessera::blocks::Error>>()?;
-        for (v, c) in basis.iter().zip(overlaps) {
-            w.axpy(-c.get()?, v)?;
-        }
-        let b = w.norm().get()?;
-        let (value, y) = lowest_of_tridiagonal(&alpha, &beta)?;
-        if b * y[k].abs() < tol || basis.len() >= max_iter || b < 1e-14 {
-            break (value, y);
-        }
-        w.scale(1.0 / b);
-        beta.push(b);
-        basis.push(w);
-    };
-    let x = basis[0].duplicate();
-    x.scale(y[0]);
-    for (v, &c) in basis.iter().zip(&y).skip(1) {
-        x.axpy(c, v)?;
-    }
-    let n = x.norm().get()?;
-    x.scale(1.0 / n);
-    Ok((value, x))
-}
-
-/// The lowest eigenpair of the symmetric tridiagonal matrix (`alpha` diagonal, `beta` off).
-fn lowest_of_tridiagonal(alpha: &[f64], beta: &[f64]) -> Result<(f64, Vec<f64>)> {
-    let n = alpha.len();
-    let t = faer::Mat::<f64>::from_fn(n, n, |i, j| match i.abs_diff(j) {
-        0 => alpha[i],
-        1 => beta[i.min(j)],
-        _ => 0.0,
-    });
-    let eig = t
-        .self_adjoint_eigen(faer::Side::Lower)
-        .map_err(|e| format!("tridiagonal eigensolver: {e:?}"))?;
-    let y = (0..n).map(|i| eig.U()[(i, 0)]).collect();
-    Ok((eig.S().column_vector()[0], y))
-}
-
-/// A two-site DMRG run on the hopping chain.
-struct Dmrg {
-    chi: usize,
-    w: Tensor,
-    mps: Vec<Tensor>,
-    /// `left[i]`: the environment of sites `0..i`; `right[i]` that of sites `i..L`.
-    left: Vec<Option<Tensor>>,
-    right: Vec<Option<Tensor>>,
-    c: Contractions,
-    sweeps: usize,
-}
-
-impl Dmrg {
-    /// A run on `l` sites with `n` particles, hopping `t1` and `t2`, bond dimension `chi`.
-    fn new(l: usize, n: usize, (t1, t2): (f64, f64), chi: usize, bra: Bra) -> Result<Self> {
-        assert!(l >= 2 && n <= l && chi >= 1);
-        let m = mpo_leg()?;
-        // Left edge: the trivial bonds (even, no sign), the MPO at "nothing placed".
-        let lb = BlockStructure::new(
-            [trivial_leg(Direction::Out, 0)?, m.dual()],
-            [trivial_leg(Direction::In, 0)?],
-            charge(0),
-        )?;
-        let mut dense = vec![0.0; MPO_DIM];
-        dense[START] = 1.0;
-        let left_edge = Tensor::from_dense(lb, &dense)?;
-        // Right edge: the ket's edge leg (`Out`, n particles) meets the bra's (`In`) through
-        // the identity twisted on its bra leg, the MPO at "term complete".
-        let q = n as i32;
-        let rb = BlockStructure::new(
-            [trivial_leg(Direction::In, q)?, m],
-            [trivial_leg(Direction::Out, q)?],
-            charge(0),
-        )?;
-        let mut dense = vec![0.0; MPO_DIM];
-        dense[DONE] = 1.0;
-        let right_edge = twisted(&Tensor::from_dense(rb, &dense)?, 2)?;
-        let mut left: Vec<Option<Tensor>> = (0..=l).map(|_| None).collect();
-        let mut right: Vec<Option<Tensor>> = (0..=l).map(|_| None).collect();
-        left[0] = Some(left_edge);
-        right[l] = Some(right_edge);
-        let mut run = Self {
-            chi,
-            w: mpo(t1, t2)?,
-            mps: product_state(l, n)?,
-            left,
-            right,
-            c: Contractions::new(bra)?,
-            sweeps: 0,
-        };
-        for i in (2..l).rev() {
-            run.update_right(i)?;
-        }
-        Ok(run)
-    }
-
-    /// `right[i]` from `right[i + 1]` and the right isometry at site `i`.
-    fn update_right(&mut self, i: usize) -> Result<()> {
-        let r = self.right[i + 1].as_ref().expect("next right environment");
-        let t = self.c.right[0].apply(&self.mps[i], r)?;
-        let t = self.c.right[1].apply(&t, &self.w)?;
-        let bra = self.c.bra_of(&self.mps[i])?;
-        self.right[i] = Some(self.c.right[2].apply(&t, &bra)?);
-        Ok(())
-    }
-
-    /// `left[i + 1]` from `left[i]` and the left isometry at site `i`.
-    fn update_left(&mut self, i: usize) -> Result<()> {
-        let l = self.left[i].as_ref().expect("previous left environment");
-        let t = self.c.left[0].apply(l, &self.mps[i])?;
-        let t = self.c.left[1].apply(&t, &self.w)?;
-        let bra = self.c.bra_of(&self.mps[i])?;
-        self.left[i + 1] = Some(self.c.left[2].apply(&t, &bra)?);
-        Ok(())
-    }
-
-    /// The pair `(i, i + 1)` as one tensor `theta(k, s, t, r)`, and the right environment
-    /// of the pair twisted for the effective Hamiltonian.
-    fn pair(&self, i: usize) -> Result<(Tensor, Tensor)> {
-        let theta = self.c.pair.apply(&self.mps[i], &self.mps[i + 1])?;
-        let right = twisted(self.right[i + 2].as_ref().expect("right environment"), 2)?;
-        Ok((theta, right))
-    }
-
-    fn heff<'a>(&'a self, i: usize, right: &'a Tensor) -> EffectiveHamiltonian<'a> {
-        EffectiveHamiltonian {
-            left: self.left[i].as_ref().expect("left environment"),
-            w: &self.w,
-            right,
-            steps: &self.c.heff,
-        }
-    }
-
-    /// Optimises the pair `(i, i + 1)` and splits it, the centre moving to `i + 1`
-    /// (`to_right`) or staying at `i`. Returns the energy and the discarded weight.
-    fn step(&mut self, i: usize, to_right: bool) -> Result<(f64, f64)> {
-        let (theta, right) = self.pair(i)?;
-        let h = self.heff(i, &right);
-        let (energy, ground) = lanczos(|x| h.apply(x), &theta, 1e-9, 60)?;
-        let f = svd(&ground, &Truncation::max_dim(self.chi))?;
-        let discarded = f.discarded_weight / f.total_weight;
-        let s = f.s.to_array()?;
-        s.scale(1.0 / (f.total_weight - f.discarded_weight).sqrt());
-        if to_right {
-            self.mps[i] = f.u;
-            self.mps[i + 1] = self.c.absorb_right.apply(&s, &f.vt)?;
-            self.update_left(i)?;
-        } else {
-            self.mps[i] = self.c.absorb_left.apply(&f.u, &s)?;
-            self.mps[i + 1] = f.vt;
-            self.update_right(i + 1)?;
-        }
-        Ok((energy, discarded))
-    }
-
-    /// One sweep, left to right and back; the energy of its last step and the largest
-    /// discarded weight.
-    fn sweep(&mut self) -> Result<(f64, f64)> {
-        let l = self.mps.len();
-        let first = usize::from(self.sweeps > 0);
-        let mut plan: Vec<(usize, bool)> = (first..l - 1).map(|i| (i, i + 2 < l)).collect();
-        plan.extend((0..l.saturating_sub(2)).rev().map(|i| (i, i == 0)));
-        if plan.is_empty() {
-            plan.push((0, true));
-        }
-        self.sweeps += 1;
-        let (mut energy, mut discarded) = (f64::NAN, 0.0_f64);
-        for (i, to_right) in plan {
-            let (e, d) = self.step(i, to_right)?;
-            energy = e;
-            discarded = discarded.max(d);
-        }
-        Ok((energy, discarded))
-    }
-
-    /// Sweeps until the energy changes by less than `tol` (at most `max_sweeps`).
-    fn run(&mut self, tol: f64, max_sweeps: usize) -> Result<f64> {
-        let mut previous = f64::INFINITY;
-        for _ in 0..max_sweeps {
-            let (energy, _) = self.sweep()?;
-            if (previous - energy).abs() < tol {
-                return Ok(energy);
-            }
-            previous = energy;
-        }
-        Ok(previous)
-    }
+/// A DMRG run on `l` sites with `n` particles, hopping `t`, bond dimension `chi`.
+fn run(l: usize, n: usize, t: (f64, f64), chi: usize, bra: Bra) -> Result<Dmrg<FermionicU1>> {
+    assert!(l >= 2 && n <= l && chi >= 1);
+    Ok(Dmrg::new(
+        mpo(l, t)?,
+        product_state(l, n)?,
+        settings(chi, bra),
+    )?)
 }
 
 /// The single-particle hopping matrix of the open chain.
@@ -537,7 +261,7 @@ fn exact_diagonalisation(l: usize, n: usize, t: (f64, f64), fermions: bool) -> f
 
 fn dmrg(runtime: &Runtime, l: usize, n: usize, t: (f64, f64), chi: usize, bra: Bra) -> f64 {
     runtime
-        .enter(|| Dmrg::new(l, n, t, chi, bra)?.run(1e-12, 30))
+        .enter(|| -> Result<f64> { Ok(run(l, n, t, chi, bra)?.run(|_| {}, |_| {})?) })
         .expect("the DMRG run succeeds")
 }
 
@@ -586,16 +310,16 @@ fn the_effective_hamiltonian_is_symmetric_and_its_expectation_is_the_energy() {
     runtime
         .enter(|| -> Result<()> {
             let (l, n, t) = (8, 3, (1.0, 0.5));
-            let mut run = Dmrg::new(l, n, t, 16, Bra::Adjoint)?;
-            run.run(1e-12, 30)?;
+            let mut run = run(l, n, t, 16, Bra::Adjoint)?;
+            run.run(|_| {}, |_| {})?;
             // After a run the centre is at (0, 1); move it to (3, 4), a bulk pair.
             for i in 0..3 {
-                run.step(i, true)?;
+                run.step(i, Toward::Right)?;
             }
-            let (theta, right) = run.pair(3)?;
-            let h = run.heff(3, &right);
+            let theta = run.pair(3)?;
             let x = AsyncArray::random(Arc::clone(theta.structure()), 7);
             let y = AsyncArray::random(Arc::clone(theta.structure()), 8);
+            let h = run.effective_hamiltonian(3)?;
             let xhy = x.inner(&h.apply(&y)?)?.get()?;
             let yhx = y.inner(&h.apply(&x)?)?.get()?;
             assert!((xhy - yhx).abs() < 1e-12 * (1.0 + xhy.abs()), "{xhy} {yhx}");
@@ -604,12 +328,36 @@ fn the_effective_hamiltonian_is_symmetric_and_its_expectation_is_the_energy() {
             let e = theta.inner(&h.apply(&theta)?)?.get()? / theta.inner(&theta)?.get()?;
             let exact = exact_diagonalisation(l, n, t, true);
             assert!((e - exact).abs() < 1e-8, "{e} vs {exact}");
-            // Without the twist the network is not symmetric.
-            let untwisted = run.right[5].as_ref().unwrap();
-            let h = run.heff(3, untwisted);
-            let xhy = x.inner(&h.apply(&y)?)?.get()?;
-            let yhx = y.inner(&h.apply(&x)?)?.get()?;
+            // The same network L W W R without the twist on R is not symmetric.
+            let w: Vec<Tensor> = run.mpo().tensors()[3..5]
+                .iter()
+                .map(|w| w.duplicate())
+                .collect();
+            let (left, right) = run.environments(3)?;
+            let (left, right) = (left.duplicate(), right.duplicate());
+            let steps = [
+                Contraction::new("kay,kstr->yastr")?,
+                Contraction::new("yastr,ausb->yubtr")?,
+                Contraction::new("yubtr,bvtc->yuvcr")?,
+                Contraction::new("yuvcr,rcz->yu|vz")?,
+            ];
+            let untwisted = |theta: &Tensor| -> Result<Tensor> {
+                let t = steps[0].apply(&left, theta)?;
+                let t = steps[1].apply(&t, &w[0])?;
+                let t = steps[2].apply(&t, &w[1])?;
+                Ok(steps[3].apply(&t, &right)?)
+            };
+            let xhy = x.inner(&untwisted(&y)?)?.get()?;
+            let yhx = y.inner(&untwisted(&x)?)?.get()?;
             assert!((xhy - yhx).abs() > 1e-3, "{xhy} {yhx}");
+            // With the twist this network is the engine's.
+            let twisted_right = twisted(&right, 2)?;
+            let t = steps[0].apply(&left, &x)?;
+            let t = steps[1].apply(&t, &w[0])?;
+            let t = steps[2].apply(&t, &w[1])?;
+            let mine = steps[3].apply(&t, &twisted_right)?.to_dense()?;
+            let engine = run.effective_hamiltonian(3)?.apply(&x)?.to_dense()?;
+            assert!(mine.iter().zip(&engine).all(|(a, b)| (a - b).abs() < 1e-12));
             Ok(())
         })
         .unwrap();
@@ -621,7 +369,7 @@ fn the_in_place_conjugate_is_not_the_adjoint() {
     let runtime = Runtime::new(2).unwrap();
     let (l, n, t) = (6, 3, (1.0, 0.5));
     let exact = exact_diagonalisation(l, n, t, true);
-    let wrong = dmrg(&runtime, l, n, t, 8, Bra::InPlace);
+    let wrong = dmrg(&runtime, l, n, t, 8, Bra::InPlaceConjugate);
     assert!((wrong - exact).abs() > 1e-3, "{wrong} vs {exact}");
 }
 
@@ -686,7 +434,7 @@ fn a_tensor_paired_with_its_conjugate_is_its_norm_only_with_the_reversal_sign_an
                 (in_place - norm2).abs() > 1e-2 * norm2,
                 "{in_place} vs {norm2}"
             );
-            let adjoint = pair.apply(&with_reversal_sign(&a)?, &twisted(&a, 2)?)?;
+            let adjoint = pair.apply(&reversal_signed(&a)?, &twisted(&a, 2)?)?;
             let got = adjoint.to_dense()?[0];
             assert!((got - norm2).abs() < 1e-12 * norm2, "{got} vs {norm2}");
             Ok(())

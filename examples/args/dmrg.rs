@@ -1,9 +1,12 @@
 //! The `dmrg` driver's flags. Owns their ranges; invariant: a [`Prepared`] run has every flag
-//! in range and its `--trace` file (if any) open for writing.
+//! in range, its `--trace` file (if any) open for writing, its `--save` and `--spill`
+//! directories (if any) existing and writable, and its `--resume` directory (if any) holding
+//! a checkpoint file.
 
-use super::{MAX_THREADS, Output, Threads, in_range, non_negative, threads_parser};
+use super::{MAX_THREADS, Output, Threads, in_range, non_negative, threads_parser, usage_error};
 use clap::Parser;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use tessera::mps::dmrg::CHECKPOINT_FILE;
 
 /// The longest chain `--sites` takes.
 pub(crate) const MAX_SITES: u64 = 4096;
@@ -35,6 +38,18 @@ pub(crate) struct Args {
     /// opened before the run.
     #[arg(long, value_name = "FILE")]
     pub(crate) trace: Option<PathBuf>,
+    /// Write a checkpoint to DIR after every sweep (DIR/dmrg.npz, replaced atomically;
+    /// DIR is created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) save: Option<PathBuf>,
+    /// Continue from the checkpoint in DIR (written by --save with the same --sites and
+    /// --chi); --sweeps counts its sweeps too.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) resume: Option<PathBuf>,
+    /// Keep the environment tensors the current step does not touch in files in DIR
+    /// (created if missing; the files are removed at the end).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) spill: Option<PathBuf>,
 }
 
 /// A run the flags allow.
@@ -48,10 +63,38 @@ pub(crate) struct Prepared {
     pub(crate) trace: Option<Output>,
 }
 
+/// `dir` as a directory this process can write files in, created if missing, or the usage
+/// error naming `flag`.
+fn writable_dir(flag: &str, dir: &Path) -> Result<(), clap::Error> {
+    let refuse = |why: String| usage_error::<Args>(flag, format!("{}: {why}", dir.display()));
+    std::fs::create_dir_all(dir)
+        .map_err(|e| refuse(format!("cannot create the directory: {e}")))?;
+    let probe = dir.join(format!(".tessera-dmrg-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .map_err(|e| refuse(format!("cannot write files in the directory: {e}")))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 impl Args {
-    /// Resolves `--threads` and opens `--trace`, or the usage error naming the flag.
+    /// Resolves `--threads`, checks `--resume`, opens `--trace` and makes sure `--save` and
+    /// `--spill` can be written, or the usage error naming the flag.
     pub(crate) fn prepare(self) -> Result<Prepared, clap::Error> {
         debug_assert!(self.threads <= MAX_THREADS);
+        if let Some(dir) = &self.resume {
+            let file = dir.join(CHECKPOINT_FILE);
+            if !file.is_file() {
+                return Err(usage_error::<Args>(
+                    "--resume",
+                    format!("no checkpoint {} (write one with --save)", file.display()),
+                ));
+            }
+        }
+        for (flag, dir) in [("--save", &self.save), ("--spill", &self.spill)] {
+            if let Some(dir) = dir {
+                writable_dir(flag, dir)?;
+            }
+        }
         let trace = match &self.trace {
             Some(path) => Some(Output::open::<Args>("--trace", path)?),
             None => None,

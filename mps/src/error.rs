@@ -154,6 +154,29 @@ pub enum Error {
     /// A measurement report that could not be written or read (JSON or the file system).
     #[error("measurement report: {0}")]
     Report(String),
+    /// A DMRG run asked for something its settings or its state do not allow (a setting out
+    /// of range, a pair away from the orthogonality centre, chains that do not match).
+    #[error("DMRG {what}: expected {expected}, found {found}")]
+    Dmrg {
+        /// What was checked.
+        what: String,
+        /// What the run needs.
+        expected: String,
+        /// What it was given.
+        found: String,
+    },
+    /// A checkpoint that does not belong to the run resuming from it.
+    #[error("checkpoint {}: {what}: expected {expected}, found {found}", path.display())]
+    Resume {
+        /// The checkpoint file.
+        path: std::path::PathBuf,
+        /// What differs (the model, the number of sites, the bond dimension, ...).
+        what: String,
+        /// What the resuming run has.
+        expected: String,
+        /// What the checkpoint has.
+        found: String,
+    },
 }
 
 impl From<tessera_io::Error> for Error {

@@ -25,6 +25,7 @@
 #![deny(missing_docs)]
 
 mod chain;
+pub mod dmrg;
 mod error;
 pub mod exact;
 pub mod graded;

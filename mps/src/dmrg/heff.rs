@@ -1,0 +1,124 @@
+//! The contractions of a two-site sweep and the effective Hamiltonian of a pair.
+//!
+//! Owns: [`Contractions`] (every spec a sweep applies, parsed once; their plans are cached by
+//! structure in the global plan cache), [`sweep_order`] and [`EffectiveHamiltonian`].
+//! Invariant: the specs follow the crate's leg conventions for the MPS `(k In, s In, r Out)`
+//! and take each MPO tensor in sweep order, `W(a In, i Out, o In, b Out)` (the crate's
+//! `(a, o, i, b)` with its physical legs swapped by [`sweep_order`], a permutation, so the
+//! same graded element); a left environment has legs `(k Out, a Out, y In)` and a right one
+//! `(r In, b In, z Out)`, so `H theta` has the structure of `theta`.
+//!
+//! Why the sweep order: the contractions meet an MPO tensor with `(a, i)` contracted and
+//! `(o, b)` free, so in this order its matrix form needs no permutation, and every product
+//! with `W` (two per Lanczos step, one per environment) skips a permutation task.
+//!
+//! Labels: `k`/`y` the left ket/bra bond, `r`/`z` the right ket/bra bond, `a`/`b`/`c` MPO
+//! bonds, `s`/`t` ket and `u`/`v` bra physical legs, `m` an inner MPS bond. A bra operand
+//! (conjugated in place by the contraction) is labelled `yuz`; the engine passes the
+//! reversal-signed ket there ([`crate::graded::reversal_signed`]), whose in-place conjugate
+//! is the graded adjoint.
+
+use tessera_blocks::{AbelianSector, AsyncArray};
+use tessera_contract::Contraction;
+
+use crate::Result;
+
+/// A real block-sparse tensor with sectors `S`.
+pub(crate) type Tensor<S> = AsyncArray<f64, S>;
+
+/// A tensor borrowed, or a signed copy owned (`Cow` without `Clone`: tensors are copied
+/// only by `duplicate`).
+#[derive(Debug)]
+pub(crate) enum Signed<'a, S: AbelianSector> {
+    /// The tensor itself.
+    Borrowed(&'a Tensor<S>),
+    /// A new tensor.
+    Owned(Tensor<S>),
+}
+
+impl<S: AbelianSector> std::ops::Deref for Signed<'_, S> {
+    type Target = Tensor<S>;
+
+    fn deref(&self) -> &Tensor<S> {
+        match self {
+            Signed::Borrowed(t) => t,
+            Signed::Owned(t) => t,
+        }
+    }
+}
+
+/// The contractions a sweep runs.
+#[derive(Debug)]
+pub(crate) struct Contractions {
+    /// `(L theta) W1 W2 R`: `theta(k, s, t, r) -> (y, u, v, z)`, split as `theta`.
+    pub(crate) heff: [Contraction; 4],
+    /// `L'(r, b, z) = L(k, a, y) A(k, s, r) W(a, s, u, b) conj(A)(y, u, z)`.
+    pub(crate) left: [Contraction; 3],
+    /// `R'(k, a, y) = A(k, s, r) R(r, b, z) W(a, s, u, b) conj(A)(y, u, z)`.
+    pub(crate) right: [Contraction; 3],
+    /// `theta = A_i A_{i+1}`.
+    pub(crate) pair: Contraction,
+    /// `S V†`: the singular values into the right factor.
+    pub(crate) absorb_right: Contraction,
+    /// `U S`: the singular values into the left factor.
+    pub(crate) absorb_left: Contraction,
+}
+
+impl Contractions {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Self {
+            heff: [
+                Contraction::new("kay,kstr->yastr")?,
+                Contraction::new("yastr,asub->yubtr")?,
+                Contraction::new("yubtr,btvc->yuvcr")?,
+                Contraction::new("yuvcr,rcz->yu|vz")?,
+            ],
+            left: [
+                Contraction::new("kay,ksr->yasr")?,
+                Contraction::new("yasr,asub->yrub")?,
+                Contraction::new("yrub,yuz->rbz")?.conj_b(),
+            ],
+            right: [
+                Contraction::new("ksr,rbz->ksbz")?,
+                Contraction::new("ksbz,asub->kzau")?,
+                Contraction::new("kzau,yuz->kay")?.conj_b(),
+            ],
+            pair: Contraction::new("ksm,mtr->ks|tr")?,
+            absorb_right: Contraction::new("km,mtr->kt|r")?,
+            absorb_left: Contraction::new("ksm,mr->ks|r")?,
+        })
+    }
+}
+
+/// `w` (an MPO tensor `(a, o, i, b)`) in sweep order `(a, i | o, b)`: the same element with
+/// its physical legs swapped (the permutation carries the sign of swapping two odd legs).
+pub(crate) fn sweep_order<S: AbelianSector>(w: &Tensor<S>) -> Result<Tensor<S>> {
+    Ok(w.permute(&[0, 2, 1, 3], 2)?)
+}
+
+/// The Hamiltonian projected onto a pair of sites: `theta -> L W_i W_{i+1} R theta`, with
+/// the right environment twisted on its bra leg (the open `Out` leg of the output; the
+/// identity for bosonic sectors). With the environments of left and right isometries,
+/// `<theta'|H theta>` (the plain inner product) is `<psi'|H|psi>` and the map is symmetric.
+#[derive(Debug)]
+pub struct EffectiveHamiltonian<'a, S: AbelianSector> {
+    pub(crate) left: &'a Tensor<S>,
+    pub(crate) w: [&'a Tensor<S>; 2],
+    pub(crate) right: Signed<'a, S>,
+    pub(crate) steps: &'a [Contraction; 4],
+}
+
+impl<S: AbelianSector> EffectiveHamiltonian<'_, S> {
+    /// `H theta`: a new tensor with the structure of `theta` (enrolled, not waited for).
+    ///
+    /// # Errors
+    ///
+    /// A contraction error when `theta` is not a pair `(k In, s In, t In | r Out)` of this
+    /// pair's legs.
+    pub fn apply(&self, theta: &Tensor<S>) -> Result<Tensor<S>> {
+        let t = self.steps[0].apply(self.left, theta)?;
+        let t = self.steps[1].apply(&t, self.w[0])?;
+        let t = self.steps[2].apply(&t, self.w[1])?;
+        Ok(self.steps[3].apply(&t, &*self.right)?)
+    }
+}
