@@ -1,12 +1,13 @@
 //! The `dmrg` driver's flags. Owns their ranges; invariant: a [`Prepared`] run has every flag
 //! in range, its `--trace` file (if any) open for writing, its `--save` and `--spill`
 //! directories (if any) existing and writable, and its `--resume` directory (if any) holding
-//! a checkpoint file.
+//! a checkpoint file, and its `--model` parsed into a [`Model`] on `--sites` sites.
 
 use super::{MAX_THREADS, Output, Threads, in_range, non_negative, threads_parser, usage_error};
 use clap::Parser;
 use std::path::{Path, PathBuf};
 use tessera::mps::dmrg::CHECKPOINT_FILE;
+use tessera::mps::models::{MODELS, Model};
 
 /// The longest chain `--sites` takes.
 pub(crate) const MAX_SITES: u64 = 4096;
@@ -15,10 +16,16 @@ pub(crate) const MAX_CHI: u64 = 16384;
 /// The most sweeps `--sweeps` takes.
 pub(crate) const MAX_SWEEPS: u64 = 10_000;
 
-/// Two-site DMRG for the open spin-1/2 Heisenberg chain with U(1) symmetry.
+/// Two-site DMRG for open chains with abelian symmetries: spin chains (Heisenberg, XXZ in a
+/// field, J1-J2), spinless t-V fermions and the Fermi-Hubbard chain.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "dmrg", allow_negative_numbers = true)]
 pub(crate) struct Args {
+    /// The model: NAME or NAME:key=value,... (heisenberg, xxz, j1j2, tv, hubbard; the chain
+    /// length is --sites, not a key). Keys and defaults: heisenberg J hz S Sz; xxz Jxy Jz hz
+    /// S Sz; j1j2 J1 J2 hz S Sz; tv t V t2 N; hubbard t U filling Sz.
+    #[arg(long, value_name = "SPEC", default_value = "heisenberg")]
+    pub(crate) model: String,
     /// Chain length L (2..=4096).
     #[arg(long, value_name = "L", default_value_t = 32, value_parser = in_range(2, MAX_SITES))]
     pub(crate) sites: usize,
@@ -46,6 +53,11 @@ pub(crate) struct Args {
     /// --chi); --sweeps counts its sweeps too.
     #[arg(long, value_name = "DIR")]
     pub(crate) resume: Option<PathBuf>,
+    /// Write the converged state's measurements here as JSON (energy per sweep, entanglement
+    /// per bond, one-site values, correlation matrices; examples/dmrg/plot.py draws them);
+    /// opened before the run.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<PathBuf>,
     /// Keep the environment tensors the current step does not touch in files in DIR
     /// (created if missing; the files are removed at the end).
     #[arg(long, value_name = "DIR")]
@@ -61,6 +73,10 @@ pub(crate) struct Prepared {
     pub(crate) threads: Threads,
     /// `--trace`, open.
     pub(crate) trace: Option<Output>,
+    /// `--json`, open.
+    pub(crate) json: Option<Output>,
+    /// `--model` on `--sites` sites.
+    pub(crate) model: Model,
 }
 
 /// `dir` as a directory this process can write files in, created if missing, or the usage
@@ -81,6 +97,7 @@ impl Args {
     /// `--spill` can be written, or the usage error naming the flag.
     pub(crate) fn prepare(self) -> Result<Prepared, clap::Error> {
         debug_assert!(self.threads <= MAX_THREADS);
+        let model = self.parse_model()?;
         if let Some(dir) = &self.resume {
             let file = dir.join(CHECKPOINT_FILE);
             if !file.is_file() {
@@ -99,10 +116,44 @@ impl Args {
             Some(path) => Some(Output::open::<Args>("--trace", path)?),
             None => None,
         };
+        let json = match &self.json {
+            Some(path) => Some(Output::open::<Args>("--json", path)?),
+            None => None,
+        };
         Ok(Prepared {
             threads: Threads::resolve(self.threads),
             trace,
+            json,
+            model,
             args: self,
+        })
+    }
+
+    /// `--model` with `L` from `--sites`, or the usage error naming `--model` (an unknown
+    /// name or key, a value out of range, an `L` key: the length is `--sites`).
+    fn parse_model(&self) -> Result<Model, clap::Error> {
+        let refuse = |why: String| usage_error::<Args>("--model", why);
+        let (name, params) = match self.model.split_once(':') {
+            Some((name, params)) => (name.trim(), params.trim()),
+            None => (self.model.trim(), ""),
+        };
+        if params
+            .split(',')
+            .any(|kv| kv.split('=').next().is_some_and(|k| k.trim() == "L"))
+        {
+            return Err(refuse(format!(
+                "{:?}: the chain length is --sites, not a model parameter",
+                self.model
+            )));
+        }
+        let spec = if params.is_empty() {
+            format!("{name}:L={}", self.sites)
+        } else {
+            format!("{name}:L={},{params}", self.sites)
+        };
+        Model::parse(&spec).map_err(|e| {
+            let known: Vec<String> = MODELS.iter().map(|(n, k)| format!("{n} ({k})")).collect();
+            refuse(format!("{e}\n  models: {}", known.join("; ")))
         })
     }
 }

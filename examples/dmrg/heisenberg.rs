@@ -2,7 +2,9 @@
 //! as an MPS, in the conventions of `tessera::mps` (the engine, `tessera::mps::dmrg`, does
 //! the rest).
 //!
-//! Owns: the model. Shared by `examples/dmrg/main.rs` (the driver) and `tests/dmrg.rs`.
+//! Owns: the model, written by hand as a reference independent of the MPO builder
+//! (`tessera::mps::mpo`, which the driver's `--model heisenberg` uses); `tests/dmrg.rs`
+//! runs the engine on it against exact diagonalisation.
 //! Invariant: [`mpo`] is `H = J sum_i S_i . S_{i+1}` with `J = 1` exactly, on one-dimensional
 //! trivial edges, so `<psi|H|psi>` of any MPS is the chain's energy.
 //!

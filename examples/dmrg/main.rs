@@ -1,22 +1,28 @@
-//! The main job: two-site DMRG for the open spin-1/2 Heisenberg chain (`J = 1`) with U(1)
-//! (Sz) symmetry, on Tessera's block-sparse tensors.
+//! The main job: two-site DMRG on Tessera's block-sparse tensors, for a model by name
+//! (`--model`, default the open spin-1/2 Heisenberg chain with `J = 1` and U(1) Sz symmetry;
+//! also XXZ in a field, J1-J2, spin 1, spinless t-V fermions and the Fermi-Hubbard chain,
+//! built by `tessera::mps::models` and checked against exact diagonalisation in
+//! mps/tests/dmrg_models.rs).
 //!
-//! Starts from the Néel state in the `Sz = 0` sector (`1/2` for odd `L`), sweeps until the
+//! Starts from the model's product state in its charge sector (for the Heisenberg chain the
+//! Néel state, `Sz = 0`, `1/2` for odd `L`), sweeps until the
 //! energy changes by less than `--tol` between sweeps or `--sweeps` have run, and prints per
 //! sweep the energy, the largest discarded weight, the bond dimension and the time. Progress
 //! goes to stderr: a progress bar when stderr is a terminal, otherwise a plain line at most
 //! once a second (no carriage returns, so logs stay readable). The last line is
-//! `E0 = <energy>`. The model (MPO and Néel state) is `heisenberg.rs` beside this file; the
-//! engine is `tessera::mps::dmrg`.
+//! `E0 = <energy>`. The engine is `tessera::mps::dmrg`; with `--json FILE` the converged
+//! state's entanglement, one-site values and correlations (`tessera::mps::observables`) are
+//! written there for `examples/dmrg/plot.py`.
 //!
-//! Flags (`--help` lists them; parsed by `examples/args/dmrg.rs`): `--sites L` (2..=4096,
+//! Flags (`--help` lists them; parsed by `examples/args/dmrg.rs`): `--model SPEC`
+//! (`NAME` or `NAME:key=value,...`, e.g. `hubbard:U=8,filling=0.5`), `--sites L` (2..=4096,
 //! default 32), `--chi D` (1..=16384, default 128), `--sweeps N` (1..=10000, default 20;
 //! a resumed run counts its checkpoint's sweeps), `--tol E` (finite, >= 0, default 1e-10),
 //! `--threads T` (0..=1024; 0, the default, means one per available core, and the header
 //! says how many that is), `--trace FILE` (the task timeline as Chrome trace-event JSON; the
 //! file is opened before the run, so an unwritable path is refused at once), `--save DIR`
 //! (a checkpoint after every sweep, `DIR/dmrg.npz`), `--resume DIR` (continue from that
-//! checkpoint; it must be of the same `--sites` and `--chi`), `--spill DIR` (environments
+//! checkpoint; it must be of the same model, `--sites` and `--chi`), `--json FILE`, `--spill DIR` (environments
 //! the current step does not touch live in files in `DIR`). A bad, missing, repeated or
 //! unknown flag or value, an unwritable `--trace`, `--save` or `--spill`, or a `--resume`
 //! without a checkpoint prints the usage naming the flag and exits with status 2; a failure
@@ -29,21 +35,29 @@
 //! cargo run --release --example dmrg -- --sites 16 --trace dmrg.json  # Perfetto opens it
 //! cargo run --release --example dmrg -- --sweeps 3 --save ck          # then, to go on:
 //! cargo run --release --example dmrg -- --resume ck --save ck
-//! cargo run --release --example dmrg -- --sites 64 --chi 512 --sweeps 3 --spill /tmp/envs
+//! cargo run --release --example dmrg -- --sites 64 --chi 512 --sweeps 6 --spill /tmp/envs
+//! cargo run --release --example dmrg -- --model hubbard:U=4 --sites 16 --chi 256 --json h.json
+//! cargo run --release --example dmrg -- --model tv:V=1.5 --sites 32 --chi 64
 //! ```
 
 #[allow(dead_code)] // the other drivers' flags, compiled here too
 #[path = "../args/mod.rs"]
 mod args;
-#[allow(dead_code)] // the test uses more of the model than the driver
-mod heisenberg;
-
-use heisenberg::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 use tessera::mps::dmrg::{Dmrg, Progress, Settings, SweepStats};
+use tessera::mps::models::{ChainModel, ModelVisitor};
+use tessera::mps::observables::{LocalOperator, Observables, Report};
 use tessera::prelude::Runtime;
+
+/// The error type of the driver: every layer's errors, boxed.
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The one-site operators measured when the site type has them.
+const ONE_SITE: [&str; 6] = ["Sz", "N", "Ntot", "Nup", "Ndn", "NupNdn"];
+/// The correlation pairs measured when the site type has both operators.
+const PAIRS: [(&str, &str); 4] = [("Sz", "Sz"), ("Sp", "Sm"), ("Cdag", "C"), ("Cdagup", "Cup")];
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -138,6 +152,8 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
         args,
         threads,
         trace,
+        json,
+        model,
     } = prepared;
     let settings = Settings {
         sweeps: args.sweeps,
@@ -146,8 +162,8 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
     };
     let runtime = Runtime::new(threads.count)?;
     println!(
-        "two-site DMRG, Heisenberg chain: L = {}, chi = {}, at most {} sweeps, tol = {:e}, {}",
-        args.sites, settings.chi, settings.sweeps, settings.tol, threads
+        "two-site DMRG, {model}: chi = {}, at most {} sweeps, tol = {:e}, {}",
+        settings.chi, settings.sweeps, settings.tol, threads
     );
     if args.spill.is_some() {
         // Dropped environments would otherwise wait in the buffer pool (512 MiB by default)
@@ -165,48 +181,13 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
         runtime.start_trace();
     }
     let start = Instant::now();
-    let reporter = std::cell::RefCell::new(Reporter::new());
-    let progress = |p: &Progress| reporter.borrow_mut().step(p);
-    let report = |s: &SweepStats| {
-        reporter.borrow_mut().sweep_done();
-        println!(
-            "{:>5} {:>22.14} {:>12.3e} {:>6} {:>8} {:>9.3}",
-            s.sweep,
-            s.energy,
-            s.truncation,
-            s.max_bond,
-            s.matvecs,
-            s.time.as_secs_f64()
-        );
-    };
-    let energy = runtime.enter(|| -> Result<f64> {
-        let mpo = heisenberg::mpo(args.sites)?;
-        let mut dmrg = match &args.resume {
-            Some(dir) => {
-                let dmrg = Dmrg::resume(mpo, dir, settings.clone())?;
-                println!(
-                    "resumed from {} after sweep {} (E = {:.14})",
-                    dir.display(),
-                    dmrg.sweeps_done(),
-                    dmrg.energy().unwrap_or(f64::NAN)
-                );
-                dmrg
-            }
-            None => Dmrg::new(mpo, heisenberg::neel(args.sites)?, settings.clone())?,
-        };
-        if let Some(dir) = &args.save {
-            dmrg.save_every_sweep(dir)?;
-        }
-        if let Some(dir) = &args.spill {
-            dmrg.spill_to(dir, tessera::mps::dmrg::SPILL_MIN_BYTES)?;
-        }
-        println!(
-            "{:>5} {:>22} {:>12} {:>6} {:>8} {:>9}",
-            "sweep", "energy", "truncation", "chi", "matvecs", "time [s]"
-        );
-        Ok(dmrg.run(progress, report)?)
+    let energy = runtime.enter(|| {
+        model.visit(Run {
+            args: &args,
+            settings,
+            json,
+        })
     })?;
-    reporter.borrow_mut().sweep_done();
     let total = start.elapsed();
     if let Some(out) = trace {
         let t = runtime.stop_trace();
@@ -220,13 +201,103 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
             dir.join(tessera::mps::dmrg::CHECKPOINT_FILE).display()
         );
     }
-    let l = args.sites as f64;
     println!(
-        "total {:.3} s; energy per site {:.12} (1/4 - ln 2 = {:.12} for L -> infinity)",
+        "total {:.3} s; energy per site {:.12}",
         total.as_secs_f64(),
-        energy / l,
-        0.25 - std::f64::consts::LN_2
+        energy / args.sites as f64,
     );
     println!("E0 = {energy:.15}");
     Ok(())
+}
+
+/// One run on a typed model: the sweeps, then the measurements for `--json`.
+struct Run<'a> {
+    args: &'a args::dmrg::Args,
+    settings: Settings,
+    json: Option<args::Output>,
+}
+
+impl ModelVisitor for Run<'_> {
+    type Output = Result<f64>;
+
+    fn visit<M: ChainModel>(self, model: &M) -> Result<f64> {
+        let Run {
+            args,
+            settings,
+            json,
+        } = self;
+        let reporter = std::cell::RefCell::new(Reporter::new());
+        let progress = |p: &Progress| reporter.borrow_mut().step(p);
+        let report = |s: &SweepStats| {
+            reporter.borrow_mut().sweep_done();
+            println!(
+                "{:>5} {:>22.14} {:>12.3e} {:>6} {:>8} {:>9.3}",
+                s.sweep,
+                s.energy,
+                s.truncation,
+                s.max_bond,
+                s.matvecs,
+                s.time.as_secs_f64()
+            );
+        };
+        let mpo = model.mpo()?;
+        let mut dmrg = match &args.resume {
+            Some(dir) => {
+                let dmrg = Dmrg::resume(mpo, dir, settings)?;
+                println!(
+                    "resumed from {} after sweep {} (E = {:.14})",
+                    dir.display(),
+                    dmrg.sweeps_done(),
+                    dmrg.energy().unwrap_or(f64::NAN)
+                );
+                dmrg
+            }
+            None => Dmrg::new(mpo, model.initial_state()?, settings)?,
+        };
+        if let Some(dir) = &args.save {
+            dmrg.save_every_sweep(dir)?;
+        }
+        if let Some(dir) = &args.spill {
+            dmrg.spill_to(dir, tessera::mps::dmrg::SPILL_MIN_BYTES)?;
+        }
+        println!(
+            "{:>5} {:>22} {:>12} {:>6} {:>8} {:>9}",
+            "sweep", "energy", "truncation", "chi", "matvecs", "time [s]"
+        );
+        let energy = dmrg.run(progress, report)?;
+        reporter.borrow_mut().sweep_done();
+        if let Some(out) = json {
+            let site = model.site();
+            let names: Vec<&str> = ONE_SITE
+                .into_iter()
+                .chain(PAIRS.iter().flat_map(|&(a, b)| [a, b]))
+                .filter(|n| site.operator(n).is_ok())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let ops: Vec<(&str, LocalOperator<M::Charge>)> = names
+                .iter()
+                .map(|&n| Ok((n, site.local_operator(n)?)))
+                .collect::<tessera::mps::Result<_>>()?;
+            let named: Vec<(&str, &LocalOperator<M::Charge>)> =
+                ops.iter().map(|(n, o)| (*n, o)).collect();
+            let pairs: Vec<(&str, &str)> = PAIRS
+                .into_iter()
+                .filter(|(a, b)| names.contains(a) && names.contains(b))
+                .collect();
+            let measured = Report::measure(&Observables::new(&dmrg.mps()?)?, &named, &pairs)?
+                .with_energies(energy, dmrg.energies().to_vec());
+            let path = out.path().display().to_string();
+            out.write(measured.to_json()?.as_bytes())?;
+            let entropy = measured
+                .entanglement
+                .iter()
+                .map(|b| b.entropy)
+                .fold(0.0, f64::max);
+            println!(
+                "wrote the measurements to {path} (largest entanglement entropy {entropy:.6})"
+            );
+        }
+        Ok(energy)
+    }
 }

@@ -45,7 +45,7 @@ use crate::{Error, Mpo, Mps, Result, mpo};
 /// A model on an open chain: its site type, terms, MPO, charge sector and starting state.
 pub trait ChainModel {
     /// The charge type of its sites.
-    type Charge: AbelianSector;
+    type Charge: AbelianSector + tessera_io::SectorCodec;
 
     /// The number of sites.
     fn len(&self) -> usize;

@@ -25,6 +25,7 @@
 
 use tessera_blocks::{AbelianSector, Direction, FermionParity, FermionicU1, Leg, Product, U1};
 
+use crate::observables::LocalOperator;
 use crate::{Error, Result};
 
 /// The charge of a spinful electron site: `((N, 2 Sz), parity)`, the particle number and
@@ -231,6 +232,28 @@ impl<S: AbelianSector> Site<S> {
                 name: name.to_string(),
                 known: self.operator_names().join(", "),
             })
+    }
+
+    /// The operator named `name` as a tensor on this site's physical leg, for measurements
+    /// ([`crate::observables`]); [`Error::UnknownOperator`] as [`operator`](Self::operator).
+    ///
+    /// ```
+    /// use tessera_mps::sites::Site;
+    /// let sz = Site::spin_half().local_operator("Sz")?;
+    /// assert_eq!(sz.tensor().to_dense()?, [-0.5, 0.0, 0.0, 0.5]);
+    /// # Ok::<(), tessera_mps::Error>(())
+    /// ```
+    pub fn local_operator(&self, name: &str) -> Result<LocalOperator<S>> {
+        let op = self.operator(name)?;
+        let d = self.dim();
+        // The tensor's dense layout is column-major over its legs `(o, i)`.
+        let mut dense = vec![0.0; d * d];
+        for o in 0..d {
+            for i in 0..d {
+                dense[o + d * i] = op.get(o, i);
+            }
+        }
+        LocalOperator::from_dense(&self.physical_leg()?, op.charge().clone(), &dense)
     }
 
     /// The operators' names.

@@ -37,7 +37,9 @@ impl ModelVisitor for Ground {
 }
 
 fn check(spec: &str, chi: usize) {
-    let (dmrg, exact) = Model::parse(spec).unwrap().visit(Ground { chi, exact: true });
+    let (dmrg, exact) = Model::parse(spec)
+        .unwrap()
+        .visit(Ground { chi, exact: true });
     let exact = exact.unwrap();
     assert!(
         (dmrg - exact).abs() < 1e-9,
@@ -78,11 +80,15 @@ fn free_energy(l: usize, n: usize, t: f64) -> f64 {
 
 #[test]
 fn free_fermions_at_32_sites_give_the_single_particle_sum() {
-    let (e, _) = Model::parse("tv:L=32,t=1,V=0")
-        .unwrap()
-        .visit(Ground { chi: 64, exact: false });
+    let (e, _) = Model::parse("tv:L=32,t=1,V=0").unwrap().visit(Ground {
+        chi: 64,
+        exact: false,
+    });
     let want = free_energy(32, 16, 1.0);
-    assert!((e - want).abs() < 1e-9, "t-V at V = 0: {e:.14} vs {want:.14}");
+    assert!(
+        (e - want).abs() < 1e-9,
+        "t-V at V = 0: {e:.14} vs {want:.14}"
+    );
 }
 
 #[test]
@@ -92,7 +98,13 @@ fn free_electrons_give_twice_the_single_particle_sum() {
     // than chi = 256 for 1e-9 (4e-7 there, in a minute and a half), too long for a test.
     let (e, _) = Model::parse("hubbard:L=8,t=1,U=0,filling=1")
         .unwrap()
-        .visit(Ground { chi: 256, exact: false });
+        .visit(Ground {
+            chi: 256,
+            exact: false,
+        });
     let want = 2.0 * free_energy(8, 4, 1.0);
-    assert!((e - want).abs() < 1e-9, "Hubbard at U = 0: {e:.14} vs {want:.14}");
+    assert!(
+        (e - want).abs() < 1e-9,
+        "Hubbard at U = 0: {e:.14} vs {want:.14}"
+    );
 }
