@@ -15,7 +15,8 @@ const MPS_DIRECTIONS: [Direction; 3] = [Direction::In, Direction::In, Direction:
 const MPO_DIRECTIONS: [Direction; 4] =
     [Direction::In, Direction::In, Direction::Out, Direction::Out];
 
-fn describe<S: AbelianSector>(leg: &Leg<S>) -> String {
+/// A leg as its direction and `sector x dim` segments, for error messages.
+pub(crate) fn describe<S: AbelianSector>(leg: &Leg<S>) -> String {
     let segments: Vec<String> = leg
         .segments()
         .iter()

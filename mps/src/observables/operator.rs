@@ -18,17 +18,8 @@ use std::sync::Arc;
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Direction, Leg};
 use tessera_contract::Contraction;
 
+pub(crate) use crate::chain::describe;
 use crate::{Error, Result};
-
-/// A leg as its direction and `sector x dim` segments, for error messages.
-pub(crate) fn describe<S: AbelianSector>(leg: &Leg<S>) -> String {
-    let segments: Vec<String> = leg
-        .segments()
-        .iter()
-        .map(|s| format!("{}x{}", s.sector, s.dim))
-        .collect();
-    format!("{:?} [{}]", leg.direction(), segments.join(", "))
-}
 
 /// A one-site operator `O[o, i] = <o|O|i>`: an `AsyncArray` with legs `(o In, i Out)`,
 /// `i` the dual of `o`, and a flux (its charge; odd flux: a fermionic operator).
