@@ -92,7 +92,7 @@ fn free_fermions_at_32_sites_give_the_single_particle_sum() {
 }
 
 #[test]
-fn free_electrons_give_twice_the_single_particle_sum() {
+fn free_electrons_at_8_and_32_sites_give_twice_the_single_particle_sum() {
     // U = 0: two free species. At 8 sites chi = 256 holds the ground state whole; at 32
     // sites and quarter filling the product of the two species' Schmidt spectra needs more
     // than chi = 256 for 1e-9 (4e-7 there, in a minute and a half), too long for a test.
@@ -106,5 +106,17 @@ fn free_electrons_give_twice_the_single_particle_sum() {
     assert!(
         (e - want).abs() < 1e-9,
         "Hubbard at U = 0: {e:.14} vs {want:.14}"
+    ); // At 32 sites with 4 electrons (2 of each spin) each species' Schmidt rank is at most 4
+    // at any cut, so chi = 32 holds the product state of the two whole.
+    let (e, _) = Model::parse("hubbard:L=32,t=1,U=0,filling=0.125")
+        .unwrap()
+        .visit(Ground {
+            chi: 32,
+            exact: false,
+        });
+    let want = 2.0 * free_energy(32, 2, 1.0);
+    assert!(
+        (e - want).abs() < 1e-9,
+        "Hubbard at U = 0, L = 32: {e:.14} vs {want:.14}"
     );
 }
