@@ -5,6 +5,7 @@
 //! memory counts against the structures, and its command line (`--help`, refusals with exit
 //! status 2 naming the flag), in the style of `tests/drivers.rs`.
 
+mod common;
 // The driver's modules, compiled here as they are there; the driver uses all of them, this
 // test only part.
 #[allow(dead_code)]
@@ -437,19 +438,7 @@ fn defaults_and_range_edges_are_accepted() {
 
 /// `cargo run --example ccsd -- argv`: status, stdout, stderr.
 fn run_driver(argv: &[&str]) -> (Option<i32>, String, String) {
-    let mut cargo = std::process::Command::new(env!("CARGO"));
-    cargo
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["run", "--quiet", "--example", "ccsd"]);
-    if !cfg!(debug_assertions) {
-        cargo.arg("--release");
-    }
-    let out = cargo.arg("--").args(argv).output().expect("cargo runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::run_example("ccsd", argv)
 }
 
 /// End to end: `--help` exits with 0 and lists the flags, a bad flag exits with 2 naming it,

@@ -4,6 +4,7 @@
 //! 2; `--threads 0` means all cores. The parse layer is tested directly (the drivers' own
 //! module, compiled here), and one refusal end to end through `cargo run`.
 
+mod common;
 // The drivers' module, compiled here as it is there.
 #[allow(dead_code)]
 #[path = "../examples/args/mod.rs"]
@@ -461,19 +462,7 @@ fn a_bad_flag_exits_with_status_2_end_to_end() {
 
 /// The `dmrg` example run by cargo with `argv`: its exit status, stdout and stderr.
 fn run_dmrg(argv: &[&str]) -> (Option<i32>, String, String) {
-    let mut cargo = std::process::Command::new(env!("CARGO"));
-    cargo
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["run", "--quiet", "--example", "dmrg"]);
-    if !cfg!(debug_assertions) {
-        cargo.arg("--release");
-    }
-    let out = cargo.arg("--").args(argv).output().expect("cargo runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::run_example("dmrg", argv)
 }
 
 /// The `E0 = ...` line of a run's stdout.
