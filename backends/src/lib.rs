@@ -12,8 +12,14 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod layout;
+mod placement;
 mod scalar;
 
+pub use cpu::Host;
 pub use layout::MatLayout;
+pub use placement::{
+    Extent, ExtentMismatch, Grant, GrantMut, Moved, Permutation, Placement, PlacementError,
+    merged_runs,
+};
 pub use scalar::{Field, Real, Scalar};
 pub use tessera_core::Domain;

@@ -1,10 +1,10 @@
-//! `AsyncArray`: a symmetric block-sparse tensor in one backing allocation, with one hazard
-//! record per block.
+//! A tensor in host memory ([`AsyncArray`]): its block handles with strided views, and its
+//! host constructors and conversions.
 //!
-//! Owns: [`AsyncArray`], [`BlockRegion`] (the descriptor of one block inside the allocation),
-//! [`BlockSetRegion`] (several blocks behind one handle) and the constructors and host
-//! conversions (zeros, empty, seeded random, dense, per-block data, element reads).
-//! Invariants:
+//! Owns: [`BlockRegion`] (the descriptor of one block inside the allocation),
+//! [`BlockSetRegion`] (several blocks behind one handle, viewed block by block) and the host
+//! constructors and conversions of [`AsyncArray`] (zeros, empty, seeded random, dense,
+//! per-block data, element reads). Invariants:
 //!
 //! - The allocation holds exactly `structure.total_len()` elements laid out as the structure
 //!   says; block `i` is the strided region `(offset, shape, strides)` of the structure's block
@@ -20,6 +20,7 @@
 use crate::error::{Error, try_vec};
 use crate::sector::AbelianSector;
 use crate::structure::BlockStructure;
+use crate::tensor::AsyncArray;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use smallvec::SmallVec;
@@ -213,37 +214,6 @@ unsafe impl<T: Scalar, S: AbelianSector> Region for BlockSetRegion<T, S> {
     }
 }
 
-/// A symmetric block-sparse tensor: one backing allocation, an immutable, shared descriptor
-/// table (the [`BlockStructure`]) and one hazard record per block.
-///
-/// ```
-/// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
-///
-/// let leg = Leg::new(Direction::In, [(U1(-1), 2), (U1(1), 3)])?;
-/// let s = BlockStructure::new(vec![leg.clone()], vec![leg], U1(0))?;
-/// let a = AsyncArray::<f64, U1>::random(s, 7);
-/// a.scale(2.0);               // one task per block, in parallel
-/// let n = a.norm();            // an Async<f64>, computed by tasks
-/// let dense = a.to_dense()?;   // waits for exactly the scale tasks
-/// let want = dense.iter().map(|x| x * x).sum::<f64>().sqrt();
-/// assert!((n.get()? - want).abs() < 1e-12);
-/// # Ok::<(), tessera_blocks::Error>(())
-/// ```
-pub struct AsyncArray<T, S: AbelianSector> {
-    structure: Arc<BlockStructure<S>>,
-    buffer: Arc<SharedBuffer<T>>,
-    records: Arc<RecordTable>,
-}
-
-impl<T, S: AbelianSector> std::fmt::Debug for AsyncArray<T, S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AsyncArray")
-            .field("blocks", &self.structure.num_blocks())
-            .field("len", &self.structure.total_len())
-            .finish_non_exhaustive()
-    }
-}
-
 /// Where element `i` of a leg lies: its segment and the index inside the segment.
 fn locate<S: AbelianSector>(leg: &crate::Leg<S>, i: usize) -> Option<(usize, usize)> {
     // Segments are few; a linear scan beats a search for the sizes legs have.
@@ -308,7 +278,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let records = RecordTable::new(structure.num_blocks());
         Self {
             structure,
-            buffer: Arc::new(buffer),
+            storage: Arc::new(buffer),
             records,
         }
     }
@@ -511,24 +481,9 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         Ok(Self::from_buffer(structure, buffer))
     }
 
-    /// The descriptor table.
-    pub fn structure(&self) -> &Arc<BlockStructure<S>> {
-        &self.structure
-    }
-
-    /// The number of (present) blocks.
-    pub fn num_blocks(&self) -> usize {
-        self.structure.num_blocks()
-    }
-
-    /// Where the allocation lives.
-    pub fn domain(&self) -> Domain {
-        self.buffer.domain()
-    }
-
     /// The one backing allocation (every block handle points into it).
     pub fn buffer(&self) -> &Arc<SharedBuffer<T>> {
-        &self.buffer
+        &self.storage
     }
 
     /// The alias handle of block `id`: the shared allocation, block `id`'s descriptor and its
@@ -543,13 +498,13 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             blocks: self.num_blocks(),
         })?;
         let region = BlockRegion {
-            buffer: Arc::clone(&self.buffer),
+            buffer: Arc::clone(&self.storage),
             offset: block.offset(),
             dims: block.shape().into(),
             strides: block.strides().iter().map(|&s| s as isize).collect(),
         };
         debug_assert!(
-            self.buffer
+            self.storage
                 .check_extent(region.offset, &region.dims, &region.strides),
             "checked in from_buffer"
         );
@@ -587,7 +542,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     pub fn block_set(&self, ids: &[usize]) -> Result<BlockSetAlias<T, S>, Error> {
         let hazards = self.hazards_of(ids.iter().copied())?;
         let region = BlockSetRegion {
-            buffer: Arc::clone(&self.buffer),
+            buffer: Arc::clone(&self.storage),
             structure: Arc::clone(&self.structure),
             ids: ids.into(),
         };
@@ -630,78 +585,19 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         }
     }
 
-    /// The composite hazard set of every block.
-    pub fn hazards(&self) -> HazardSet {
-        HazardSet::span(&self.records, 0..self.num_blocks())
-    }
-
-    /// The composite hazard set of the given blocks (the records a view over exactly those
-    /// blocks must enroll on), without making a handle per block.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::UnknownBlock`] for an id that is not a block.
-    pub fn hazards_of(&self, ids: impl IntoIterator<Item = usize>) -> Result<HazardSet, Error> {
-        self.hazards_of_ranges(ids.into_iter().map(|id| id..id + 1))
-    }
-
-    /// The composite hazard set of the blocks in `ranges` of ids (the blocks of several
-    /// sectors are such ranges): one step per range, not per block.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::UnknownBlock`] for a range that reaches past the last block.
-    pub fn hazards_of_ranges(
-        &self,
-        ranges: impl IntoIterator<Item = std::ops::Range<usize>>,
-    ) -> Result<HazardSet, Error> {
-        let ranges: SmallVec<[std::ops::Range<usize>; 32]> = ranges.into_iter().collect();
-        if let Some(r) = ranges
-            .iter()
-            .find(|r| r.end > self.num_blocks() && !r.is_empty())
-        {
-            return Err(Error::UnknownBlock {
-                block: r.start.max(self.num_blocks()),
-                blocks: self.num_blocks(),
-            });
-        }
-        Ok(HazardSet::of_ranges(&self.records, ranges))
-    }
-
-    /// Whether two arrays share storage (the same allocation and records).
-    pub fn same_storage(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.buffer, &other.buffer)
-    }
-
-    /// The whole allocation as one flat alias, ordered by every block's record: for waiting
-    /// on the whole array without a handle per block.
-    pub(crate) fn whole(&self) -> BlockAlias<T> {
-        self.sectors_span(0..self.structure.sectors().len())
-    }
-
     /// Coupled sectors `sectors` as one flat alias (a one-axis view of their consecutive
     /// regions), ordered by the records of exactly their blocks: for elementwise operations,
     /// which need no block shapes.
     pub(crate) fn sectors_span(&self, sectors: std::ops::Range<usize>) -> BlockAlias<T> {
-        let all = self.structure.sectors();
-        let (elems, blocks) = match (all.get(sectors.start), sectors.end.checked_sub(1)) {
-            (Some(first), Some(last)) if sectors.start < sectors.end => {
-                let last = &all[last];
-                (
-                    first.offset()..last.offset() + last.len(),
-                    first.blocks().start..last.blocks().end,
-                )
-            }
-            _ => (0..0, 0..0),
-        };
+        let (elems, blocks) = self.structure.sectors_extent(sectors);
         let region = BlockRegion {
-            buffer: Arc::clone(&self.buffer),
+            buffer: Arc::clone(&self.storage),
             offset: elems.start,
             dims: [elems.len()].into_iter().collect(),
             strides: [1].into_iter().collect(),
         };
         assert!(
-            self.buffer
+            self.storage
                 .check_extent(region.offset, &region.dims, &region.strides),
             "sector regions lie inside the allocation"
         );
@@ -732,12 +628,6 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// An overwrite of every block, enrolled in one step.
     pub fn overwrite(&self) -> Vec<WriteBuffer<BlockRegion<T>>> {
         self.all_blocks().iter().map(Alias::overwrite).collect()
-    }
-
-    /// Blocks until every block is ready.
-    pub fn wait(&self) -> Result<(), Error> {
-        self.whole().wait()?;
-        Ok(())
     }
 
     /// The dense tensor (column-major, first leg fastest), after waiting for exactly the work

@@ -10,16 +10,42 @@
 //! fails with [`Error::ImaginaryPart`], which poisons the output blocks of that task (the
 //! other tasks' blocks are converted), so nothing reads a silently dropped imaginary part.
 
-use crate::array::AsyncArray;
+use crate::array::BlockRegion;
 use crate::error::Error;
-use crate::ops::{Piece, schedule_placed, try_over_parts};
+use crate::ops::Piece;
 use crate::sector::AbelianSector;
 use crate::structure::BlockStructure;
+use crate::tensor::AsyncArray;
 use num_complex::Complex;
 use std::sync::Arc;
-use tessera_backends::Scalar;
-use tessera_backends::cpu::ShapeMismatch;
-use tessera_core::{StridedMut, StridedRef};
+use tessera_backends::cpu::{ShapeMismatch, try_over_parts};
+use tessera_backends::{Host, Placement, Scalar};
+use tessera_core::{Alias, ReadBuffer, StridedMut, StridedRef, WriteBuffer};
+
+impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
+    /// Block views of a piece, for one task: a span as one flat view, blocks one by one.
+    fn piece_reads(&self, piece: &Piece<'_>) -> Vec<ReadBuffer<BlockRegion<T>>> {
+        match piece {
+            Piece::Span(sectors) => vec![self.sectors_span(sectors.clone()).into_read()],
+            Piece::Blocks(ids) => ids
+                .iter()
+                .map(|&i| self.block(i).expect("ids were checked").into_read())
+                .collect(),
+        }
+    }
+
+    /// Overwrites of a piece, for one task, as [`piece_reads`](Self::piece_reads).
+    fn piece_overwrites(&self, piece: &Piece<'_>) -> Vec<WriteBuffer<BlockRegion<T>>> {
+        match piece {
+            Piece::Span(sectors) => vec![self.sectors_span(sectors.clone()).into_overwrite()],
+            Piece::Blocks(ids) => ids
+                .iter()
+                .map(|&i| self.block(i).expect("ids were checked"))
+                .map(Alias::into_overwrite)
+                .collect(),
+        }
+    }
+}
 
 /// `y <- f(x)` elementwise, or the mismatch (nothing written) when the dims differ.
 fn assign<U: Copy, T: Copy>(
@@ -69,16 +95,23 @@ where
         let ids: Vec<usize> = (0..self.num_blocks()).collect();
         let threads = tessera_core::Runtime::current().threads();
         for piece in &self.pieces(&ids, true) {
-            let sequential = !self.piece_fans_out(piece, threads);
-            let access = (self.reads(piece), out.writes(piece, true));
-            schedule_placed("blocks.to_complex", sequential, access, move |(xs, ys)| {
-                for xy in xs.into_iter().zip(ys) {
-                    try_over_parts(xy, threads, |(x, mut y)| {
-                        assign(&mut y, &x, |v: R| Complex::new(v, R::ZERO))
-                    })?;
-                }
-                Ok(())
-            })?;
+            let access = (self.piece_reads(piece), out.piece_overwrites(piece));
+            let largest = self.largest(piece);
+            <Host as Placement<R>>::schedule(
+                "blocks.to_complex",
+                largest,
+                threads,
+                false,
+                access,
+                move |(xs, ys)| {
+                    for xy in xs.into_iter().zip(ys) {
+                        try_over_parts(xy, threads, |(x, mut y)| {
+                            assign(&mut y, &x, |v: R| Complex::new(v, R::ZERO))
+                        })?;
+                    }
+                    Ok(())
+                },
+            )?;
         }
         Ok(out)
     }
@@ -172,26 +205,33 @@ where
                 unreachable!("the pieces of selected blocks are runs of blocks")
             };
             let (run, structure) = (run.to_vec(), Arc::clone(self.structure()));
-            let sequential = !self.piece_fans_out(piece, threads);
-            let access = (self.reads(piece), out.writes(piece, true));
-            schedule_placed("blocks.to_real", sequential, access, move |(xs, ys)| {
-                for (x, &id) in xs.iter().zip(&run) {
-                    if let Some((k, z)) = first_imaginary(x, tol) {
-                        return Err(Box::new(Error::ImaginaryPart {
-                            index: element_index(&structure, id, k),
-                            block: id,
-                            value: z.to_string(),
-                            tol,
-                        }));
+            let access = (self.piece_reads(piece), out.piece_overwrites(piece));
+            let largest = self.largest(piece);
+            <Host as Placement<Complex<R>>>::schedule(
+                "blocks.to_real",
+                largest,
+                threads,
+                false,
+                access,
+                move |(xs, ys)| {
+                    for (x, &id) in xs.iter().zip(&run) {
+                        if let Some((k, z)) = first_imaginary(x, tol) {
+                            return Err(Box::new(Error::ImaginaryPart {
+                                index: element_index(&structure, id, k),
+                                block: id,
+                                value: z.to_string(),
+                                tol,
+                            }));
+                        }
                     }
-                }
-                for xy in xs.into_iter().zip(ys) {
-                    try_over_parts(xy, threads, |(x, mut y)| {
-                        assign(&mut y, &x, |z: Complex<R>| z.re)
-                    })?;
-                }
-                Ok(())
-            })?;
+                    for xy in xs.into_iter().zip(ys) {
+                        try_over_parts(xy, threads, |(x, mut y)| {
+                            assign(&mut y, &x, |z: Complex<R>| z.re)
+                        })?;
+                    }
+                    Ok(())
+                },
+            )?;
         }
         Ok(out)
     }

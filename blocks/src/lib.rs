@@ -53,22 +53,19 @@
 
 mod array;
 mod convert;
-#[cfg(feature = "cuda")]
-pub mod device;
 mod error;
 pub mod leg;
 mod lookup;
 mod ops;
 pub mod sector;
 pub mod structure;
+mod tensor;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use array::{
-    AsyncArray, BlockAlias, BlockRegion, BlockSetAlias, BlockSetRegion, BlockViews, BlockViewsMut,
+    BlockAlias, BlockRegion, BlockSetAlias, BlockSetRegion, BlockViews, BlockViewsMut,
 };
-#[cfg(feature = "cuda")]
-pub use device::{DeviceArray, DeviceBlocks, DeviceBlocksAlias};
 pub use error::Error;
 pub use leg::{Direction, FusionMap, Leg, Segment};
 pub use ops::Blocks;
@@ -77,6 +74,9 @@ pub use sector::{
     Z2, Zn,
 };
 pub use structure::{Block, BlockStructure, CoupledSector, Permuted, Remapped};
+#[cfg(feature = "cuda")]
+pub use tensor::DeviceArray;
+pub use tensor::{AsyncArray, Tensor, TensorAlias, TensorRegion, block_extent, block_matrix};
 
 /// `bitvec`'s slice and vector types, as used by presence masks.
 pub use bitvec::prelude::{BitSlice, BitVec};

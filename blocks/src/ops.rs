@@ -1,40 +1,36 @@
-//! Operations on `AsyncArray`s, enrolled as scheduled tasks over blocks.
+//! Operations on tensors of any placement, enrolled as scheduled tasks over blocks.
 //!
 //! Owns: [`Blocks`] (which blocks an operation touches) and the operations: scale, axpy,
 //! add, conj, copy, norm, inner product, leg permutation with a new codomain/domain split
-//! (with fermionic signs) and adjoint. Every operation works on the whole tensor by
-//! default (`a.scale(0.5)`, `a.norm()`); its `_blocks` variant (`a.scale_blocks(0.5,
+//! (with fermionic signs) and adjoint, written once over the placement `P` (the kernels are
+//! the placement's: [`Placement`]). Every operation works on the whole tensor by default
+//! (`a.scale(0.5)`, `a.norm()`); its `_blocks` variant (`a.scale_blocks(0.5,
 //! Blocks::Only(&ids))`) works on a selection. Invariants:
 //!
-//! - Every operation checks its operands (structures, block ids, aliasing) before it enrolls
-//!   anything: an error means nothing was enrolled and nothing was written.
-//! - A task covers one block, or a run of consecutive small blocks holding at least
-//!   [`GROUP_ELEMS`] elements (a task costs about as much to enroll and run as copying a
-//!   few thousand elements), and enrolls on exactly those blocks' records: work on
-//!   different tasks' blocks runs in parallel and work on one block keeps program order.
-//!   Reductions (norm, inner) are one partial result per task plus one task that sums them.
-//! - A block (for elementwise work over every block, a coupled sector) of at least
-//!   [`PARALLEL_BLOCK_ELEMS`] is worked on by all the workers of its task's runtime, in
-//!   parts that write disjoint elements; a reduction adds its parts in an order fixed by
-//!   the layout, so its value does not depend on the number of workers.
+//! - Every operation checks its operands (structures, placements, block ids, aliasing)
+//!   before it enrolls anything: an error means nothing was enrolled and nothing was
+//!   written.
+//! - On the host ([`Placement::CUTS_TASKS`]) a task covers one block, or a run of
+//!   consecutive small blocks holding at least [`GROUP_ELEMS`] elements (a task costs about
+//!   as much to enroll and run as copying a few thousand elements), and enrolls on exactly
+//!   those blocks' records: work on different tasks' blocks runs in parallel and work on
+//!   one block keeps program order. On a device one task covers the selection (the stream
+//!   orders its work). Reductions (norm, inner) are one partial result per task plus one
+//!   task that sums them.
 //! - A permutation runs from its plan ([`Permuted`], kept by the structure): the plan's
 //!   source structure and permutation are checked on the host, and each block moves through
 //!   a copy planned from its two layouts, which the first task to move it makes and the
 //!   plan keeps.
 
-use crate::array::{AsyncArray, BlockAlias};
 use crate::error::Error;
 use crate::sector::AbelianSector;
-use crate::structure::{BlockStructure, Permuted, block_copy};
-use rayon::prelude::*;
+use crate::structure::{BlockStructure, Permuted};
+use crate::tensor::{Tensor, TensorAlias};
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
-use tessera_backends::Scalar;
-use tessera_backends::cpu::{self, CopyPlan, Stores};
-use tessera_core::{
-    Alias, Async, KernelError, SendPtr, StridedMut, StridedRef, schedule_named,
-    schedule_sequential_named,
-};
+use tessera_backends::cpu::{CopyPlan, PARALLEL_BLOCK_ELEMS};
+use tessera_backends::{Moved, Permutation, Placement, Scalar};
+use tessera_core::{Async, schedule_sequential_named};
 
 /// The blocks an operation's `_blocks` variant touches (the plain operation touches every
 /// block: `a.scale(x)` is `a.scale_blocks(x, Blocks::All)`).
@@ -106,11 +102,6 @@ pub(crate) fn check_permuted<S: AbelianSector>(
 /// The fewest elements one task of an operation covers (unless the blocks run out).
 const GROUP_ELEMS: usize = 16 * 1024;
 
-/// The elements of one part of a large view in an elementwise kernel ([`over_parts`]):
-/// half a megabyte of `f64`, a few tens of microseconds of work, so that the parts of a
-/// block of [`PARALLEL_BLOCK_ELEMS`] and up balance over the workers.
-const PART_ELEMS: usize = 1 << 16;
-
 /// How many elements one task of a permutation moving `total` elements on `threads` workers
 /// should cover: an equal share of [`PERMUTE_TASKS_PER_WORKER`] tasks per worker, but no
 /// fewer than [`GROUP_ELEMS`].
@@ -153,24 +144,10 @@ fn runs(lens: impl Iterator<Item = usize>) -> Vec<std::ops::Range<usize>> {
 /// tenth more time per permutation on two cores (measured beside one and two, which tie).
 const PERMUTE_TASKS_PER_WORKER: usize = 2;
 
-/// A block (or, for elementwise work over every block, a coupled sector) of at least this
-/// many elements is worked on by all the workers at once: a permuted block's copy plan is
-/// cut into one part per worker ([`CopyPlan::split`]), an elementwise kernel's views into
-/// parts of [`PART_ELEMS`] ([`over_parts`]). A tensor with a few large blocks (the large
-/// sectors of a DMRG state) would otherwise be worked on by as many threads as it has
-/// blocks. Below this a block's work takes less than the tens of microseconds that fanning
-/// it out costs.
-const PARALLEL_BLOCK_ELEMS: usize = 1 << 18;
-
-/// Whether a block of `len` elements is moved by all of `threads` workers at once.
-fn fans_out(len: usize, threads: usize) -> bool {
-    threads > 1 && len >= PARALLEL_BLOCK_ELEMS
-}
-
-/// The bytes a permutation writes from which it streams its stores
-/// ([`Stores::Streaming`]): with source and destination together beyond a last-level cache
-/// of 32 MiB, the first blocks written are evicted before the permutation ends, so reading
-/// the destination into cache first (what an ordinary store does) only costs memory
+/// The bytes a permutation writes from which it streams its stores (a host hint,
+/// [`Permutation::streaming`]): with source and destination together beyond a last-level
+/// cache of 32 MiB, the first blocks written are evicted before the permutation ends, so
+/// reading the destination into cache first (what an ordinary store does) only costs memory
 /// traffic. Smaller results stay in cache for the contraction that usually reads them next.
 const STREAM_BYTES: usize = 16 << 20;
 
@@ -182,119 +159,7 @@ pub(crate) enum Piece<'i> {
     Blocks(&'i [usize]),
 }
 
-/// Schedules a task as [`schedule_sequential_named`] when `sequential` (its kernel starts
-/// no parallel work: a waiting host may run it), else as [`schedule_named`].
-pub(crate) fn schedule_placed<A, F>(
-    name: &'static str,
-    sequential: bool,
-    access: A,
-    kernel: F,
-) -> Result<tessera_core::TaskId, tessera_core::Error>
-where
-    A: tessera_core::Access,
-    F: for<'a> FnOnce(A::View<'a>) -> Result<(), KernelError> + Send + 'static,
-{
-    if sequential {
-        schedule_sequential_named(name, access, kernel)
-    } else {
-        schedule_named(name, access, kernel)
-    }
-}
-
-fn kernel_error(e: impl std::error::Error + Send + Sync + 'static) -> KernelError {
-    Box::new(e)
-}
-
-/// The operands of one elementwise kernel, cut alike into parts that pair up element for
-/// element ([`StridedRef::split_axis`]).
-pub(crate) trait Parts: Sized + Send {
-    /// The dims of the first operand.
-    fn dims(&self) -> &[usize];
-    /// Whether every operand has those dims (else the operands are not cut: the kernel
-    /// reports the mismatch before it writes anything).
-    fn alike(&self) -> bool;
-    /// The operands cut along `axis` into `parts`; they are [`alike`](Parts::alike).
-    fn cut(self, axis: usize, parts: usize) -> Vec<Self>;
-}
-
-impl<T: Scalar> Parts for StridedRef<'_, T> {
-    fn dims(&self) -> &[usize] {
-        StridedRef::dims(self)
-    }
-    fn alike(&self) -> bool {
-        true
-    }
-    fn cut(self, axis: usize, parts: usize) -> Vec<Self> {
-        self.split_axis(axis, parts).expect("an axis of the view")
-    }
-}
-
-impl<T: Scalar> Parts for StridedMut<'_, T> {
-    fn dims(&self) -> &[usize] {
-        StridedMut::dims(self)
-    }
-    fn alike(&self) -> bool {
-        true
-    }
-    fn cut(self, axis: usize, parts: usize) -> Vec<Self> {
-        self.split_axis(axis, parts).expect("an axis of the view")
-    }
-}
-
-impl<A: Parts, B: Parts> Parts for (A, B) {
-    fn dims(&self) -> &[usize] {
-        self.0.dims()
-    }
-    fn alike(&self) -> bool {
-        self.0.alike() && self.1.alike() && self.0.dims() == self.1.dims()
-    }
-    fn cut(self, axis: usize, parts: usize) -> Vec<Self> {
-        self.0
-            .cut(axis, parts)
-            .into_iter()
-            .zip(self.1.cut(axis, parts))
-            .collect()
-    }
-}
-
-/// `f` on each part of `views`, the parts' results in order. Views of fewer than
-/// [`PARALLEL_BLOCK_ELEMS`] elements are one part. Larger ones are cut along their longest
-/// axis into one part per [`PART_ELEMS`] elements, which run on the workers of the pool
-/// this task runs on when there are `threads > 1` (in order on this thread otherwise). The
-/// parts depend on the views' dims alone, so a reduction that adds the results in order
-/// gives the same value on any number of threads.
-pub(crate) fn over_parts<V: Parts, R: Send>(
-    views: V,
-    threads: usize,
-    f: impl Fn(V) -> R + Sync + Send,
-) -> Vec<R> {
-    let dims = views.dims();
-    let len: usize = dims.iter().product();
-    if len < PARALLEL_BLOCK_ELEMS || !views.alike() {
-        return vec![f(views)];
-    }
-    let axis = (0..dims.len()).max_by_key(|&k| dims[k]).unwrap_or(0);
-    let parts = views.cut(axis, len.div_ceil(PART_ELEMS));
-    if threads > 1 {
-        parts.into_par_iter().map(f).collect()
-    } else {
-        parts.into_iter().map(f).collect()
-    }
-}
-
-/// [`over_parts`] for a kernel that can fail (on operands of different dims): the first
-/// failure, in the parts' order, as the task's error.
-pub(crate) fn try_over_parts<V: Parts, E: std::error::Error + Send + Sync + 'static>(
-    views: V,
-    threads: usize,
-    f: impl Fn(V) -> Result<(), E> + Sync + Send,
-) -> Result<(), KernelError> {
-    over_parts(views, threads, f)
-        .into_iter()
-        .try_for_each(|r| r.map_err(kernel_error))
-}
-
-impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
+impl<T: Scalar, S: AbelianSector, P: Placement<T>> Tensor<T, S, P> {
     fn check_same_structure(&self, other: &Self) -> Result<(), Error> {
         if Arc::ptr_eq(self.structure(), other.structure()) || self.structure() == other.structure()
         {
@@ -307,17 +172,31 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         }
     }
 
-    fn blocks_of(&self, ids: &[usize]) -> Vec<BlockAlias<T>> {
-        ids.iter()
-            .map(|&i| self.block(i).expect("ids were checked"))
-            .collect()
+    /// That `other` lives where `self` does (one device for both).
+    pub(crate) fn check_same_placement(&self, other: &Self) -> Result<(), Error> {
+        if self.domain() == other.domain() {
+            Ok(())
+        } else {
+            Err(Error::DeviceMismatch {
+                expected: self.domain(),
+                given: other.domain(),
+            })
+        }
     }
 
-    /// What the tasks of an elementwise operation cover: runs of consecutive entries of
-    /// `ids` ([`runs`] of their blocks); with every block selected (`all`), runs of whole
-    /// coupled sectors as flat spans instead (elementwise work needs no block shapes).
+    /// What the tasks of an elementwise operation cover. On the host: runs of consecutive
+    /// entries of `ids` ([`runs`] of their blocks), or with every block selected (`all`),
+    /// runs of whole coupled sectors as flat spans (elementwise work needs no block
+    /// shapes). On a device: one piece.
     pub(crate) fn pieces<'i>(&self, ids: &'i [usize], all: bool) -> Vec<Piece<'i>> {
         let s = self.structure();
+        if !P::CUTS_TASKS {
+            return vec![if all {
+                Piece::Span(0..s.sectors().len())
+            } else {
+                Piece::Blocks(ids)
+            }];
+        }
         if all {
             runs(s.sectors().iter().map(|c| c.len()))
                 .into_iter()
@@ -334,57 +213,25 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         }
     }
 
-    /// Whether a view of `piece` is spread over `threads` workers by [`over_parts`]: its
-    /// task is then scheduled as an ordinary task, not as a sequential one.
-    pub(crate) fn piece_fans_out(&self, piece: &Piece<'_>, threads: usize) -> bool {
+    /// The largest view a task of `piece` works on (a span counts whole: its kernel cuts
+    /// it over the workers as one view).
+    pub(crate) fn largest(&self, piece: &Piece<'_>) -> usize {
         let s = self.structure();
         match piece {
-            Piece::Span(sectors) => {
-                let len = s.sectors()[sectors.clone()].iter().map(|c| c.len()).sum();
-                fans_out(len, threads)
-            }
-            Piece::Blocks(ids) => self.any_block_fans_out(ids.iter().copied(), threads),
+            Piece::Span(sectors) => s.sectors()[sectors.clone()].iter().map(|c| c.len()).sum(),
+            Piece::Blocks(ids) => ids
+                .iter()
+                .map(|&i| s.block(i).expect("ids were checked").len())
+                .max()
+                .unwrap_or(0),
         }
     }
 
-    /// Whether any of these blocks is spread over `threads` workers ([`fans_out`]).
-    fn any_block_fans_out(&self, ids: impl IntoIterator<Item = usize>, threads: usize) -> bool {
-        let s = self.structure();
-        ids.into_iter()
-            .any(|i| fans_out(s.block(i).expect("ids were checked").len(), threads))
-    }
-
-    /// Reads of a piece, for one task.
-    pub(crate) fn reads(
-        &self,
-        piece: &Piece<'_>,
-    ) -> Vec<tessera_core::ReadBuffer<crate::BlockRegion<T>>> {
+    /// The region of a piece, for one task.
+    pub(crate) fn piece(&self, piece: &Piece<'_>) -> TensorAlias<T, P> {
         match piece {
-            Piece::Span(sectors) => vec![self.sectors_span(sectors.clone()).into_read()],
-            Piece::Blocks(ids) => self
-                .blocks_of(ids)
-                .into_iter()
-                .map(Alias::into_read)
-                .collect(),
-        }
-    }
-
-    /// Updates (`overwrite`: overwrites) of a piece, for one task.
-    pub(crate) fn writes(
-        &self,
-        piece: &Piece<'_>,
-        overwrite: bool,
-    ) -> Vec<tessera_core::WriteBuffer<crate::BlockRegion<T>>> {
-        let mode = |b: BlockAlias<T>| {
-            if overwrite {
-                b.into_overwrite()
-            } else {
-                b.into_write()
-            }
-        };
-        match piece {
-            Piece::Span(sectors) => vec![mode(self.sectors_span(sectors.clone()))],
-            Piece::Blocks(ids) => self.blocks_of(ids).into_iter().map(mode).collect(),
+            Piece::Span(sectors) => self.span(sectors.clone()),
+            Piece::Blocks(ids) => self.region(ids).expect("ids were checked"),
         }
     }
 
@@ -403,15 +250,16 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     pub fn scale_blocks(&self, alpha: T, blocks: Blocks<'_>) -> Result<(), Error> {
         let ids = blocks.resolve(self.num_blocks())?;
         let threads = tessera_core::Runtime::current().threads();
-        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
-            let sequential = !self.piece_fans_out(run, threads);
-            let access = self.writes(run, false);
-            schedule_placed("blocks.scale", sequential, access, move |ys| {
-                for y in ys {
-                    over_parts(y, threads, |mut y| cpu::scale(&mut y, alpha));
-                }
-                Ok(())
-            })?;
+        for piece in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
+            let access = self.piece(piece).into_write();
+            P::schedule(
+                "blocks.scale",
+                self.largest(piece),
+                threads,
+                false,
+                access,
+                move |mut y| P::scale(&mut y, alpha, threads),
+            )?;
         }
         Ok(())
     }
@@ -421,6 +269,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// # Errors
     ///
     /// [`Error::StructureMismatch`] unless `x` has the same structure;
+    /// [`Error::DeviceMismatch`] unless it lives where `self` does;
     /// [`Error::AliasedOperands`] when `x` is `self`.
     pub fn axpy(&self, alpha: T, x: &Self) -> Result<(), Error> {
         self.axpy_blocks(alpha, x, Blocks::All)
@@ -433,26 +282,28 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// As [`axpy`](Self::axpy), and [`Error::UnknownBlock`].
     pub fn axpy_blocks(&self, alpha: T, x: &Self, blocks: Blocks<'_>) -> Result<(), Error> {
         self.check_same_structure(x)?;
+        self.check_same_placement(x)?;
         if self.same_storage(x) {
             return Err(Error::AliasedOperands { operation: "axpy" });
         }
         let ids = blocks.resolve(self.num_blocks())?;
         let threads = tessera_core::Runtime::current().threads();
-        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
-            let sequential = !self.piece_fans_out(run, threads);
-            let access = (x.reads(run), self.writes(run, false));
-            schedule_placed("blocks.axpy", sequential, access, move |(xs, ys)| {
-                for xy in xs.into_iter().zip(ys) {
-                    try_over_parts(xy, threads, |(x, mut y)| cpu::axpy(alpha, &x, &mut y))?;
-                }
-                Ok(())
-            })?;
+        for piece in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
+            let access = (x.piece(piece).into_read(), self.piece(piece).into_write());
+            P::schedule(
+                "blocks.axpy",
+                self.largest(piece),
+                threads,
+                false,
+                access,
+                move |(x, mut y)| P::axpy(alpha, &x, &mut y, threads),
+            )?;
         }
         Ok(())
     }
 
-    /// `alpha * op(self) + beta * other` into a new array, with `op` the conjugate when
-    /// `conj`; blocks outside the selection are zero in the result.
+    /// `alpha * op(self) + beta * other` into a new tensor at the same placement, with `op`
+    /// the conjugate when `conj`; blocks outside the selection are zero in the result.
     fn combine(
         &self,
         alpha: T,
@@ -462,55 +313,68 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ) -> Result<Self, Error> {
         if let Some((_, o)) = other {
             self.check_same_structure(o)?;
+            self.check_same_placement(o)?;
         }
         let ids = blocks.resolve(self.num_blocks())?;
         let all = matches!(blocks, Blocks::All);
-        // Every block is overwritten when all are selected; else the others stay zero.
-        let out = if all {
-            Self::try_empty(Arc::clone(self.structure()))?
-        } else {
-            Self::try_zeros(Arc::clone(self.structure()))?
-        };
-        let threads = tessera_core::Runtime::current().threads();
-        for run in &self.pieces(&ids, all) {
-            let sequential = !self.piece_fans_out(run, threads);
-            let (xs, ys) = (self.reads(run), out.writes(run, true));
-            match other {
-                None => schedule_placed("blocks.copy", sequential, (xs, ys), move |(xs, ys)| {
-                    for xy in xs.into_iter().zip(ys) {
-                        try_over_parts(xy, threads, |(x, mut y)| {
-                            cpu::copy_scaled(alpha, &x, conj, T::ZERO, &mut y)
-                        })?;
-                    }
-                    Ok(())
-                })?,
-                Some((beta, o)) => {
-                    let access = (xs, o.reads(run), ys);
-                    schedule_placed("blocks.add", sequential, access, move |(xs, zs, ys)| {
-                        for xzy in xs.into_iter().zip(zs).zip(ys) {
-                            try_over_parts(xzy, threads, |((x, z), mut y)| {
-                                cpu::copy_scaled(beta, &z, false, T::ZERO, &mut y)?;
-                                cpu::axpy(alpha, &x, &mut y)
-                            })?;
-                        }
-                        Ok(())
-                    })?
-                }
-            };
-        }
+        let out = self.output(Arc::clone(self.structure()), all)?;
+        self.combine_into(alpha, conj, other, &out, &ids, all)?;
         Ok(out)
     }
 
-    /// `self + other` into a new array.
+    /// `out <- alpha * op(self) + beta * other` on blocks `ids` (every block when `all`);
+    /// the operands are checked.
+    fn combine_into(
+        &self,
+        alpha: T,
+        conj: bool,
+        other: Option<(T, &Self)>,
+        out: &Self,
+        ids: &[usize],
+        all: bool,
+    ) -> Result<(), Error> {
+        let threads = tessera_core::Runtime::current().threads();
+        for piece in &self.pieces(ids, all) {
+            let (x, y) = (
+                self.piece(piece).into_read(),
+                out.piece(piece).into_overwrite(),
+            );
+            let largest = self.largest(piece);
+            match other {
+                None => P::schedule(
+                    "blocks.copy",
+                    largest,
+                    threads,
+                    false,
+                    (x, y),
+                    move |(x, mut y)| P::combine(alpha, &x, conj, None, &mut y, threads),
+                )?,
+                Some((beta, o)) => P::schedule(
+                    "blocks.add",
+                    largest,
+                    threads,
+                    false,
+                    (x, o.piece(piece).into_read(), y),
+                    move |(x, z, mut y)| {
+                        P::combine(alpha, &x, conj, Some((beta, &z)), &mut y, threads)
+                    },
+                )?,
+            };
+        }
+        Ok(())
+    }
+
+    /// `self + other` into a new tensor.
     ///
     /// # Errors
     ///
-    /// [`Error::StructureMismatch`] unless `other` has the same structure.
+    /// [`Error::StructureMismatch`] unless `other` has the same structure,
+    /// [`Error::DeviceMismatch`] unless it lives where `self` does.
     pub fn add(&self, other: &Self) -> Result<Self, Error> {
         self.add_blocks(other, Blocks::All)
     }
 
-    /// `self + other` on the selected blocks into a new array (the others zero).
+    /// `self + other` on the selected blocks into a new tensor (the others zero).
     ///
     /// # Errors
     ///
@@ -519,34 +383,48 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         self.combine(T::ONE, false, Some((T::ONE, other)), blocks)
     }
 
-    /// The elementwise complex conjugate, into a new array with the same structure (the
+    /// The elementwise complex conjugate, into a new tensor with the same structure (the
     /// values themselves for real types).
+    ///
+    /// # Panics
+    ///
+    /// When the new tensor's storage cannot be had (as [`AsyncArray::zeros`]).
+    ///
+    /// [`AsyncArray::zeros`]: crate::AsyncArray::zeros
     pub fn conj(&self) -> Self {
         self.conj_blocks(Blocks::All)
-            .expect("a conjugate of every block cannot fail its checks")
+            .unwrap_or_else(|e| panic!("Tensor::conj: {e}"))
     }
 
-    /// The elementwise complex conjugate of the selected blocks, into a new array with the
+    /// The elementwise complex conjugate of the selected blocks, into a new tensor with the
     /// same structure (the other blocks zero).
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownBlock`].
+    /// [`Error::UnknownBlock`]; the new storage's refusal.
     pub fn conj_blocks(&self, blocks: Blocks<'_>) -> Result<Self, Error> {
         self.combine(T::ONE, true, None, blocks)
     }
 
-    /// An explicit, scheduled copy onto a new allocation and new records.
+    /// An explicit, scheduled copy onto a new allocation (at the same placement) and new
+    /// records.
+    ///
+    /// # Panics
+    ///
+    /// When the new tensor's storage cannot be had (as [`AsyncArray::zeros`]).
+    ///
+    /// [`AsyncArray::zeros`]: crate::AsyncArray::zeros
     pub fn duplicate(&self) -> Self {
         self.combine(T::ONE, false, None, Blocks::All)
-            .expect("a copy of every block cannot fail its checks")
+            .unwrap_or_else(|e| panic!("Tensor::duplicate: {e}"))
     }
 
     /// `self <- src`.
     ///
     /// # Errors
     ///
-    /// [`Error::StructureMismatch`], or [`Error::AliasedOperands`] when `src` is `self`.
+    /// [`Error::StructureMismatch`], [`Error::DeviceMismatch`], or
+    /// [`Error::AliasedOperands`] when `src` is `self`.
     pub fn copy_from(&self, src: &Self) -> Result<(), Error> {
         self.copy_from_blocks(src, Blocks::All)
     }
@@ -558,29 +436,24 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// As [`copy_from`](Self::copy_from), and [`Error::UnknownBlock`].
     pub fn copy_from_blocks(&self, src: &Self, blocks: Blocks<'_>) -> Result<(), Error> {
         self.check_same_structure(src)?;
+        self.check_same_placement(src)?;
         if self.same_storage(src) {
             return Err(Error::AliasedOperands {
                 operation: "copy_from",
             });
         }
         let ids = blocks.resolve(self.num_blocks())?;
-        let threads = tessera_core::Runtime::current().threads();
-        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
-            let sequential = !self.piece_fans_out(run, threads);
-            let access = (src.reads(run), self.writes(run, true));
-            schedule_placed("blocks.copy", sequential, access, move |(xs, ys)| {
-                for xy in xs.into_iter().zip(ys) {
-                    try_over_parts(xy, threads, |(x, mut y)| {
-                        cpu::copy_scaled(T::ONE, &x, false, T::ZERO, &mut y)
-                    })?;
-                }
-                Ok(())
-            })?;
-        }
-        Ok(())
+        src.combine_into(
+            T::ONE,
+            false,
+            None,
+            self,
+            &ids,
+            matches!(blocks, Blocks::All),
+        )
     }
 
-    /// Sums per-block partial results (one task each) in one final task.
+    /// Sums per-piece partial results (one task each) in one final task.
     fn reduce<R: Scalar>(
         parts: Vec<Async<R>>,
         finish: impl FnOnce(R) -> R + Send + 'static,
@@ -602,8 +475,8 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         Ok(out)
     }
 
-    /// The Frobenius norm, computed by scheduled tasks: a value the host reads with
-    /// `get` (`a.norm().get()?`).
+    /// The Frobenius norm, computed by scheduled tasks: a host value the host reads with
+    /// `get` (`a.norm().get()?`), on every placement.
     pub fn norm(&self) -> Async<T::Real> {
         self.norm_blocks(Blocks::All)
             .expect("the norm of every block has nothing to check")
@@ -618,27 +491,31 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let ids = blocks.resolve(self.num_blocks())?;
         let threads = tessera_core::Runtime::current().threads();
         let mut parts = Vec::new();
-        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
+        for piece in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let part = Async::new(T::Real::ZERO);
-            let sequential = !self.piece_fans_out(run, threads);
-            let access = (self.reads(run), part.overwrite());
-            schedule_placed("blocks.norm", sequential, access, move |(xs, p)| {
-                *p = xs
-                    .into_iter()
-                    .flat_map(|x| over_parts(x, threads, |x| cpu::norm_sqr(&x)))
-                    .fold(T::Real::ZERO, |a, b| a + b);
-                Ok(())
-            })?;
+            let access = (self.piece(piece).into_read(), part.overwrite());
+            P::schedule(
+                "blocks.norm",
+                self.largest(piece),
+                threads,
+                true,
+                access,
+                move |(x, p)| {
+                    *p = P::norm_sqr(&x, threads)?;
+                    Ok(())
+                },
+            )?;
             parts.push(part);
         }
         Self::reduce(parts, T::sqrt_real)
     }
 
-    /// The inner product `<self, other> = sum(conj(self) * other)`.
+    /// The inner product `<self, other> = sum(conj(self) * other)`: a host value.
     ///
     /// # Errors
     ///
-    /// [`Error::StructureMismatch`] unless `other` has the same structure.
+    /// [`Error::StructureMismatch`] unless `other` has the same structure,
+    /// [`Error::DeviceMismatch`] unless it lives where `self` does.
     pub fn inner(&self, other: &Self) -> Result<Async<T>, Error> {
         self.inner_blocks(other, Blocks::All)
     }
@@ -650,31 +527,36 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// As [`inner`](Self::inner), and [`Error::UnknownBlock`].
     pub fn inner_blocks(&self, other: &Self, blocks: Blocks<'_>) -> Result<Async<T>, Error> {
         self.check_same_structure(other)?;
+        self.check_same_placement(other)?;
         let ids = blocks.resolve(self.num_blocks())?;
         let threads = tessera_core::Runtime::current().threads();
         let mut parts = Vec::new();
-        for run in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
+        for piece in &self.pieces(&ids, matches!(blocks, Blocks::All)) {
             let part = Async::new(T::ZERO);
-            let sequential = !self.piece_fans_out(run, threads);
-            let access = (self.reads(run), other.reads(run), part.overwrite());
-            schedule_placed("blocks.inner", sequential, access, move |(xs, ys, p)| {
-                let mut acc = T::ZERO;
-                for xy in xs.into_iter().zip(ys) {
-                    for r in over_parts(xy, threads, |(x, y)| cpu::dot(&x, &y)) {
-                        acc += r.map_err(kernel_error)?;
-                    }
-                }
-                *p = acc;
-                Ok(())
-            })?;
+            let access = (
+                self.piece(piece).into_read(),
+                other.piece(piece).into_read(),
+                part.overwrite(),
+            );
+            P::schedule(
+                "blocks.inner",
+                self.largest(piece),
+                threads,
+                true,
+                access,
+                move |(x, y, p)| {
+                    *p = P::dot(&x, &y, threads)?;
+                    Ok(())
+                },
+            )?;
             parts.push(part);
         }
         Self::reduce(parts, |x| x)
     }
 
     /// The tensor with its legs reordered (new leg `k` is old leg `perm[k]`) and split anew
-    /// into `n_codomain` codomain legs. For fermionic sectors each block carries the sign of
-    /// the odd legs the permutation crosses.
+    /// into `n_codomain` codomain legs, at the same placement. For fermionic sectors each
+    /// block carries the sign of the odd legs the permutation crosses.
     ///
     /// The plan (the re-indexing and one copy per block) is kept by the structure
     /// ([`BlockStructure::permutation`]), so repeating a permutation plans nothing.
@@ -682,7 +564,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     /// # Errors
     ///
     /// [`Error::InvalidPermutation`] when `perm` is not a permutation of the legs or
-    /// `n_codomain` exceeds their number.
+    /// `n_codomain` exceeds their number; on a device, why it cannot permute.
     pub fn permute(&self, perm: &[usize], n_codomain: usize) -> Result<Self, Error> {
         self.permute_blocks(perm, n_codomain, Blocks::All)
     }
@@ -701,18 +583,23 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
     ) -> Result<Self, Error> {
         let permuted = self.structure().permutation(perm, n_codomain)?;
         blocks.resolve(self.num_blocks())?;
-        let out = Self::output(permuted.structure.clone(), matches!(blocks, Blocks::All))?;
+        let out = self.output(
+            Arc::new(permuted.structure.clone()),
+            matches!(blocks, Blocks::All),
+        )?;
         self.permute_into_with_blocks(&permuted, perm, &out, blocks)?;
         Ok(out)
     }
 
-    /// Like [`permute`](Self::permute), into an existing array `out` that has the permuted
-    /// structure (so a repeated permutation reuses its allocation).
+    /// Like [`permute`](Self::permute), into an existing tensor `out` (at the same
+    /// placement) that has the permuted structure (so a repeated permutation reuses its
+    /// allocation).
     ///
     /// # Errors
     ///
     /// [`Error::StructureMismatch`] when `out` does not have the permuted structure,
-    /// [`Error::AliasedOperands`] when `out` is `self`.
+    /// [`Error::DeviceMismatch`] when it lives elsewhere, [`Error::AliasedOperands`] when
+    /// `out` is `self`.
     pub fn permute_into(&self, perm: &[usize], n_codomain: usize, out: &Self) -> Result<(), Error> {
         self.permute_into_blocks(perm, n_codomain, out, Blocks::All)
     }
@@ -734,14 +621,14 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         self.permute_into_with_blocks(&permuted, perm, out, blocks)
     }
 
-    /// Like [`permute_into`](AsyncArray::permute_into), with the re-indexing already computed
+    /// Like [`permute_into`](Tensor::permute_into), with the re-indexing already computed
     /// by [`BlockStructure::permuted`] for `perm` (a contraction plan keeps it, so a repeated
     /// contraction does not re-index).
     ///
     /// # Errors
     ///
     /// As `permute_into`; [`Error::InvalidPermutation`] when `permuted` was not computed for
-    /// `perm` and this array's block count, [`Error::StructureMismatch`] when this array's
+    /// `perm` and this tensor's block count, [`Error::StructureMismatch`] when this tensor's
     /// structure is not the one it was computed from.
     pub fn permute_into_with(
         &self,
@@ -765,18 +652,18 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         blocks: Blocks<'_>,
     ) -> Result<(), Error> {
         check_permuted(self.structure(), permuted, perm, out.structure())?;
+        self.check_same_placement(out)?;
         if self.same_storage(out) {
             return Err(Error::AliasedOperands {
                 operation: "permute_into",
             });
         }
         let ids = blocks.resolve(self.num_blocks())?;
-        let plans = permuted.copy_slots();
         let moves = ids.iter().map(|&i| {
             let negative = permuted.sign(i).expect("block of the structure") < 0;
             (i, permuted.block_map[i], negative)
         });
-        self.relabel_blocks(moves, out, perm, false, Some(plans))
+        self.relabel_blocks(moves, out, perm, false, Some(permuted.copy_slots()))
     }
 
     /// The adjoint: codomain and domain swapped, legs dualled, elements conjugated (each
@@ -800,7 +687,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         let (n, nc) = (self.structure().num_legs(), self.structure().n_codomain());
         let perm: Vec<usize> = (nc..n).chain(0..nc).collect();
         let ids = blocks.resolve(self.num_blocks())?;
-        let out = Self::output(remapped.structure, matches!(blocks, Blocks::All))?;
+        let out = self.output(Arc::new(remapped.structure), matches!(blocks, Blocks::All))?;
         let moves = ids.iter().map(|&i| {
             let j = remapped.block_map[i].expect("every block has an adjoint block");
             (i, j, false)
@@ -809,31 +696,25 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         Ok(out)
     }
 
-    /// A new array for the result of a permutation or adjoint: when `all` blocks are
+    /// A new tensor at this placement for the result of an operation: when `all` blocks are
     /// written, its storage is taken uninitialised (the present blocks tile the allocation
     /// exactly, so every element is overwritten before anything can read it); else zeros,
     /// which the unselected blocks keep.
-    fn output(structure: impl Into<Arc<BlockStructure<S>>>, all: bool) -> Result<Self, Error> {
-        if all {
-            Self::try_empty(structure)
-        } else {
-            Self::try_zeros(structure)
-        }
+    fn output(&self, structure: Arc<BlockStructure<S>>, all: bool) -> Result<Self, Error> {
+        Self::alloc_on(structure, &self.placement(), !all)
     }
 
     /// Schedules `out[j] <- ±op(permute_axes(self[i], perm))` for every move
     /// `(i, j, negative)`, with the minus sign where `negative` and `op` the conjugate when
-    /// `conj`. Consecutive blocks are grouped into tasks of an equal share of the work,
-    /// [`PERMUTE_TASKS_PER_WORKER`] per worker of the current runtime, and at least
-    /// [`GROUP_ELEMS`] elements each: a task costs a few microseconds to enroll and run, as
-    /// much as moving several thousand elements, and the enrolling thread competes with the
-    /// workers for the cores. A group reads one block set and writes one (one access each,
-    /// on exactly its blocks' records). With `plans` (a permutation's slots for its planned
-    /// copies, one per block of `self`, onto its image in `out`), each block moves through
-    /// its plan, which the first task to move the block makes and keeps (so the planning is
-    /// spread over the workers, once), instead of through views built and planned per
-    /// block at every call; a block of at least [`PARALLEL_BLOCK_ELEMS`] then moves in one
-    /// part per worker, all at once, and its task is an ordinary one (not sequential).
+    /// `conj`. On the host, consecutive blocks are grouped into tasks of an equal share of
+    /// the work, [`PERMUTE_TASKS_PER_WORKER`] per worker of the current runtime, and at
+    /// least [`GROUP_ELEMS`] elements each: a task costs a few microseconds to enroll and
+    /// run, as much as moving several thousand elements, and the enrolling thread competes
+    /// with the workers for the cores; on a device, one task moves every block (one
+    /// launch). A group reads one region and writes one (one access each, on exactly its
+    /// blocks' records). With `plans` (a permutation's slots for its planned copies, one per
+    /// block of `self`, onto its image in `out`), a host moves each block through its
+    /// plan, which the first task to move the block makes and keeps.
     fn relabel_blocks(
         &self,
         moves: impl Iterator<Item = (usize, usize, bool)>,
@@ -842,18 +723,20 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
         conj: bool,
         plans: Option<Arc<[OnceLock<CopyPlan>]>>,
     ) -> Result<(), Error> {
+        self.placement()
+            .probe_permute()
+            .map_err(crate::tensor::placement_error)?;
         let moves: Vec<(usize, usize, bool)> = moves.collect();
-        let total: usize = moves
-            .iter()
-            .map(|&(i, _, _)| self.structure().block(i).expect("checked id").len())
-            .sum();
+        let len = |i: usize| self.structure().block(i).expect("checked id").len();
+        let total: usize = moves.iter().map(|&(i, _, _)| len(i)).sum();
         let threads = tessera_core::Runtime::current().threads();
-        let per_task = permute_task_elems(total, threads);
-        let stores = if total * size_of::<T>() >= STREAM_BYTES {
-            Stores::Streaming
+        let per_task = if P::CUTS_TASKS {
+            permute_task_elems(total, threads)
         } else {
-            Stores::Cached
+            usize::MAX
         };
+        let streaming = total * size_of::<T>() >= STREAM_BYTES;
+        let rows = out.structure().n_codomain();
         let perm: Arc<[usize]> = perm.into();
         let mut group: Vec<(usize, usize, bool)> = Vec::new();
         let mut elems = 0;
@@ -864,85 +747,40 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             let ids = |side: fn(&(usize, usize, bool)) -> usize| -> SmallVec<[usize; 32]> {
                 group.iter().map(side).collect()
             };
-            let reads = self.block_set(&ids(|m| m.0))?.into_read();
-            let writes = out.block_set(&ids(|m| m.1))?.into_overwrite();
+            let reads = self.region(&ids(|m| m.0))?.into_read();
+            let writes = out.region(&ids(|m| m.1))?.into_overwrite();
+            let largest = group.iter().map(|m| len(m.0)).max().unwrap_or(0);
             // The next group is about as long: allocate it once rather than grow it.
             let group = std::mem::replace(group, Vec::with_capacity(group.len()));
             let (perm, plans) = (Arc::clone(&perm), plans.clone());
-            let structures = (Arc::clone(self.structure()), Arc::clone(out.structure()));
-            // Large planned blocks are cut over the workers: such a task is not sequential.
-            let sequential =
-                plans.is_none() || !self.any_block_fans_out(group.iter().map(|m| m.0), threads);
-            schedule_placed(
+            P::schedule(
                 "blocks.permute",
-                sequential,
+                largest,
+                threads,
+                false,
                 (reads, writes),
-                move |(xs, mut ys)| {
-                    if let Some(plans) = &plans {
-                        let (from, to) = &structures;
-                        for (k, &(i, j, negate)) in group.iter().enumerate() {
-                            let plan = match plans[i].get() {
-                                Some(plan) => plan,
-                                None => {
-                                    let plan = block_copy(from, i, to, j, &perm)
-                                        .ok_or("a block and its image have the same shape")?;
-                                    plans[i].get_or_init(|| plan)
-                                }
-                            };
-                            let (y, x) = (ys.block_ptr(k), xs.block_ptr(k));
-                            // Why the copy is sound: `plan` copies block `i` of `from` (its
-                            // shape and strides, legs permuted) onto block `j` of `to` (the
-                            // same shape: checked when it was planned), and `from` and `to`
-                            // are the structures of `self` and `out`, or equal to them
-                            // (`check_permuted`, for a plan filled by an earlier use); the
-                            // task holds the read grant of block `i` (the read set's block
-                            // `k`) and the write grant of block `j` (the write set's block
-                            // `k`), exactly those elements, inside their allocations
-                            // (extents checked when the arrays were made); a block's layout
-                            // is one-to-one; the arrays' storage differs (checked), so the
-                            // blocks do not overlap; no view of either lives.
-                            if !fans_out(plan.len(), threads) {
-                                // SAFETY: see above.
-                                unsafe {
-                                    cpu::permute_copy_planned(negate, conj, plan, y, x, stores)
-                                };
-                                continue;
-                            }
-                            // The same copy in parts that write disjoint elements, one per
-                            // worker of the runtime whose pool runs this task (so rayon here
-                            // is that pool). The pointers cross threads with their
-                            // provenance (`SendPtr`).
-                            let (ya, xa) = (SendPtr::new(y), SendPtr::new_const(x));
-                            plan.split(threads).par_iter().for_each(|(part, d, s)| {
-                                let (y, x) = (
-                                    ya.get().wrapping_offset(*d),
-                                    xa.get_const().wrapping_offset(*s),
-                                );
-                                // SAFETY: as for the whole plan (above); each part copies a
-                                // subset of its elements, at these offsets from its bases
-                                // (`CopyPlan::split`), and no two parts write one element.
-                                unsafe {
-                                    cpu::permute_copy_planned(negate, conj, part, y, x, stores)
-                                };
-                            });
-                        }
-                        return Ok(());
-                    }
-                    for (k, &(_, _, negate)) in group.iter().enumerate() {
-                        let xp = xs
-                            .get(k)
-                            .permute_axes(&perm)
-                            .ok_or("the permutation matches the block's legs")?;
-                        cpu::permute_copy(negate, conj, &xp, &mut ys.get_mut(k), stores)
-                            .map_err(kernel_error)?;
-                    }
-                    Ok(())
+                move |(x, mut y)| {
+                    let moves: Vec<Moved<'_>> = group
+                        .iter()
+                        .map(|&(i, _, negate)| Moved {
+                            negate,
+                            plan: plans.as_ref().map(|p| &p[i]),
+                        })
+                        .collect();
+                    let how = Permutation {
+                        perm: &perm,
+                        rows,
+                        moves: &moves,
+                        conj,
+                        streaming,
+                    };
+                    P::permute(&x, &mut y, &how, threads)
                 },
             )?;
             Ok(())
         };
         for (i, j, negative) in moves {
-            elems += self.structure().block(i).expect("checked id").len();
+            elems += len(i);
             group.push((i, j, negative));
             if elems >= per_task {
                 flush(&mut group)?;
@@ -956,6 +794,7 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::AsyncArray;
     use crate::testing::{Kind, for_each_kind, random_perm, random_structure};
     use num_complex::Complex;
     use rand::{Rng, SeedableRng};
@@ -1760,7 +1599,7 @@ mod tests {
 #[cfg(test)]
 mod span_tests {
     use super::*;
-    use crate::{Direction, Leg, Trivial};
+    use crate::{AsyncArray, Direction, Leg, Trivial};
 
     /// Elementwise operations take every path: a coupled sector of 3 x 3 blocks holding
     /// more than `PARALLEL_BLOCK_ELEMS` elements (one span, spread over the workers), one

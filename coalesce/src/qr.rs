@@ -14,13 +14,13 @@ use crate::factor::{
     SectorInfo, bond_leg, factor_sector, left_structure, right_structure, sector_views,
     with_absent_as_zeros,
 };
-use tessera_backends::Field;
+use tessera_backends::{Field, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, Leg};
 use tessera_core::Runtime;
 
 /// The result of [`qr`].
 #[derive(Debug)]
-pub struct Qr<T, S: AbelianSector> {
+pub struct Qr<T: Scalar, S: AbelianSector> {
     /// `Q`: `A`'s codomain legs to the bond leg, orthonormal columns per sector.
     pub q: AsyncArray<T, S>,
     /// `R`: the dual bond leg to `A`'s domain legs, upper triangular per sector.
@@ -29,7 +29,7 @@ pub struct Qr<T, S: AbelianSector> {
 
 /// The result of [`lq`].
 #[derive(Debug)]
-pub struct Lq<T, S: AbelianSector> {
+pub struct Lq<T: Scalar, S: AbelianSector> {
     /// `L`: `A`'s codomain legs to the bond leg, lower triangular per sector.
     pub l: AsyncArray<T, S>,
     /// `Q`: the dual bond leg to `A`'s domain legs, orthonormal rows per sector.

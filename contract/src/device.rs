@@ -27,11 +27,11 @@ use crate::operand::sealed::{Sealed, Token};
 use crate::plan::Plan;
 use hashbrown::HashMap;
 use std::sync::Arc;
+use tessera_backends::cuda::with_buffers;
 use tessera_backends::cuda::{
     BatchBuffers, CudaScalar, GemmEntry, GemmGroup, IndependentGemm, LANES, MatLayout, Op,
     StridedBatch, probe_grouped,
 };
-use tessera_blocks::device::enqueue;
 use tessera_blocks::{AbelianSector, BlockStructure, DeviceArray};
 use tessera_core::{Domain, schedule_eager_named};
 
@@ -67,7 +67,7 @@ pub(crate) fn gemm_calls<S: AbelianSector>(
 ) -> Vec<GemmCall> {
     let [rows_a, rows_b] = plan.rows;
     let block = |s: &BlockStructure<S>, id: usize, rows: usize| {
-        tessera_blocks::device::block_matrix(s, id, rows).expect("the plan's blocks exist")
+        tessera_blocks::block_matrix(s, id, rows).expect("the plan's blocks exist")
     };
     let mut calls = Vec::with_capacity(plan.gemms());
     for group in &plan.groups {
@@ -365,77 +365,80 @@ impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
             )),
             probe_grouped().is_ok(),
         );
-        let all = |x: &DeviceArray<T, S>| x.blocks(&(0..x.num_blocks()).collect::<Vec<_>>());
+        let all = |x: &DeviceArray<T, S>| x.region(&(0..x.num_blocks()).collect::<Vec<_>>());
         let out = all(target)?;
         let out = if overwrite {
             out.into_overwrite()
         } else {
             out.into_write()
         };
-        let plan_idle = plan.idle.clone();
+        let n = target.structure().n_codomain();
+        let idle: Vec<MatLayout> = plan
+            .idle
+            .iter()
+            .map(|&i| {
+                tessera_blocks::block_matrix(target.structure(), i, n).expect("idle blocks exist")
+            })
+            .collect();
         let access = (all(am)?.into_read(), all(bm)?.into_read(), out);
-        schedule_eager_named("device.contract", access, move |(xa, xb, mut xc)| {
-            let idle: Vec<MatLayout> = plan_idle
-                .iter()
-                .map(|&i| {
-                    let n = xc.structure().n_codomain();
-                    tessera_blocks::device::block_matrix(xc.structure(), i, n)
-                        .expect("idle blocks exist")
-                })
-                .collect();
-            enqueue(Some(&mut xc), &[&xa, &xb], |dev, cbuf, srcs| {
-                let cbuf = cbuf.expect("a write was given");
-                let beta_of = |first: bool| if first { first_beta } else { T::ONE };
-                for launch in &launches {
-                    let bufs = BatchBuffers {
-                        c: &mut *cbuf,
-                        a: srcs[0],
-                        b: srcs[1],
-                    };
-                    match launch {
-                        Launch::Independent(lones) => {
-                            let gemms: Vec<_> = lones
-                                .iter()
-                                .map(|l| IndependentGemm {
-                                    entry: l.entry,
-                                    batch: l.strided,
-                                    op_a: Op::Identity,
-                                    op_b: Op::Identity,
-                                    alpha,
-                                    beta: beta_of(l.first),
-                                })
-                                .collect();
-                            dev.gemm_independent(bufs, &gemms)?
-                        }
-                        Launch::Batched(batch) => {
-                            dev.gemm_batched(bufs, group_of(batch, alpha, first_beta))?
-                        }
-                        Launch::Grouped(batches) => {
-                            let groups: Vec<_> = batches
-                                .iter()
-                                .map(|b| group_of(b, alpha, first_beta))
-                                .collect();
-                            dev.gemm_grouped(bufs, &groups)?
+        schedule_eager_named("device.contract", access, move |(xa, xb, xc)| {
+            with_buffers(
+                Some(xc.storage()),
+                &[xa.storage(), xb.storage()],
+                |dev, cbuf, srcs| {
+                    let cbuf = cbuf.expect("a write was given");
+                    let beta_of = |first: bool| if first { first_beta } else { T::ONE };
+                    for launch in &launches {
+                        let bufs = BatchBuffers {
+                            c: &mut *cbuf,
+                            a: srcs[0],
+                            b: srcs[1],
+                        };
+                        match launch {
+                            Launch::Independent(lones) => {
+                                let gemms: Vec<_> = lones
+                                    .iter()
+                                    .map(|l| IndependentGemm {
+                                        entry: l.entry,
+                                        batch: l.strided,
+                                        op_a: Op::Identity,
+                                        op_b: Op::Identity,
+                                        alpha,
+                                        beta: beta_of(l.first),
+                                    })
+                                    .collect();
+                                dev.gemm_independent(bufs, &gemms)?
+                            }
+                            Launch::Batched(batch) => {
+                                dev.gemm_batched(bufs, group_of(batch, alpha, first_beta))?
+                            }
+                            Launch::Grouped(batches) => {
+                                let groups: Vec<_> = batches
+                                    .iter()
+                                    .map(|b| group_of(b, alpha, first_beta))
+                                    .collect();
+                                dev.gemm_grouped(bufs, &groups)?
+                            }
                         }
                     }
-                }
-                // Blocks no pair writes: zero where the GEMMs overwrite, else beta C.
-                for layout in &idle {
-                    if overwrite {
-                        dev.zero(cbuf, *layout)?;
-                    } else if beta != T::ONE {
-                        // One call for a contiguous block, else one per column.
-                        for run in layout.runs() {
-                            let run = tessera_backends::cuda::VecLayout {
-                                offset: run.start,
-                                ..tessera_backends::cuda::VecLayout::contiguous(run.len())
-                            };
-                            dev.scal(beta, cbuf.vec_mut(run))?;
+                    // Blocks no pair writes: zero where the GEMMs overwrite, else beta C.
+                    for layout in &idle {
+                        if overwrite {
+                            dev.zero(cbuf, *layout)?;
+                        } else if beta != T::ONE {
+                            // One call for a contiguous block, else one per column.
+                            for run in layout.runs() {
+                                let run = tessera_backends::cuda::VecLayout {
+                                    offset: run.start,
+                                    ..tessera_backends::cuda::VecLayout::contiguous(run.len())
+                                };
+                                dev.scal(beta, cbuf.vec_mut(run))?;
+                            }
                         }
                     }
-                }
-                Ok(())
-            })?;
+                    Ok(())
+                },
+            )?;
             Ok(())
         })?;
         if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
@@ -748,8 +751,7 @@ mod tests {
                 for mut fc in results {
                     let n_rows = plan.product.n_codomain();
                     for &i in &plan.idle {
-                        let m =
-                            tessera_blocks::device::block_matrix(&plan.product, i, n_rows).unwrap();
+                        let m = tessera_blocks::block_matrix(&plan.product, i, n_rows).unwrap();
                         for j in 0..m.cols {
                             fc[m.offset + j * m.ld..][..m.rows].fill(0.0);
                         }

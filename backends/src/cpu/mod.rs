@@ -11,12 +11,14 @@
 mod gemm;
 mod matrix;
 mod permute;
+mod placement;
 
 pub use gemm::{GemmShapeMismatch, gemm, gemm_parallelism, gemm_parallelism_alone, gemm_with};
 pub use matrix::{matrix_mut, matrix_ref};
 pub use permute::{
     CopyPlan, Stores, assign, assign_flipped, assign_map, permute_copy, permute_copy_planned,
 };
+pub use placement::{Host, PARALLEL_BLOCK_ELEMS, Parts, fans_out, over_parts, try_over_parts};
 
 use crate::Scalar;
 use tessera_core::{StridedMut, StridedRef, zip_runs, zip_runs_ref};

@@ -74,7 +74,9 @@ mod device;
 mod gemm;
 mod lanes;
 mod permute;
+mod placement;
 mod skinny;
+mod storage;
 
 pub use batched::{BatchBuffers, GemmEntry, GemmGroup, may_overlap};
 pub use blas1::{DeviceVec, DeviceVecMut, VecLayout};
@@ -82,7 +84,9 @@ pub use device::{CudaDevice, CudaScalar, DeviceBuffer};
 pub use gemm::{DeviceMat, DeviceMatMut, MatLayout, Op, StridedBatch};
 pub use lanes::{IndependentGemm, LANES};
 pub use permute::{MAX_AXES, PERMUTE_SOURCE, PermuteMove, StridedView};
+pub use placement::Cuda;
 pub use skinny::{SKINNY_MAX, SKINNY_SOURCE, skinny_shape};
+pub use storage::{CudaStorage, with_buffers};
 
 use crate::cpu::GemmShapeMismatch;
 use cudarc::cublas::result::CublasError;
@@ -154,6 +158,12 @@ pub enum CudaError {
         expected: usize,
         /// The source's length.
         given: usize,
+    },
+    /// One call was handed a storage both to read and to write, or no storage at all.
+    #[error("expected distinct storages to read and to write, but {what}")]
+    Aliased {
+        /// What was handed over.
+        what: &'static str,
     },
     /// A buffer lives on another device than the one asked to use it.
     #[error("expected {operand} on device {expected}, but it lives on device {given}")]

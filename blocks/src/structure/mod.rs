@@ -373,7 +373,7 @@ impl<S: AbelianSector> Permuted<S> {
             && s.legs == *legs
     }
 
-    /// One slot per original block for its planned copy (see [`block_copy`]), shared by
+    /// One slot per original block for its planned copy (a host's `CopyPlan` of the block's extent onto its image's), shared by
     /// every use of this plan: the slots are filled by the tasks that move the blocks.
     pub(crate) fn copy_slots(&self) -> Arc<[OnceLock<CopyPlan>]> {
         Arc::clone(
@@ -381,29 +381,6 @@ impl<S: AbelianSector> Permuted<S> {
                 .get_or_init(|| (0..self.block_map.len()).map(|_| OnceLock::new()).collect()),
         )
     }
-}
-
-/// The copy of block `old` of `from` (its legs reordered by `perm`) onto block `new` of
-/// `to`, planned from the two blocks' shapes and strides; `None` when the reordered shape is
-/// not the image's (the structures are not a permutation pair).
-pub(crate) fn block_copy<S: AbelianSector>(
-    from: &BlockStructure<S>,
-    old: usize,
-    to: &BlockStructure<S>,
-    new: usize,
-    perm: &[usize],
-) -> Option<CopyPlan> {
-    let (b, image) = (from.block(old)?, to.block(new)?);
-    let dims: SmallVec<[usize; 6]> = perm
-        .iter()
-        .map(|&p| b.shape().get(p).copied())
-        .collect::<Option<_>>()?;
-    if dims.as_slice() != image.shape() {
-        return None;
-    }
-    let src: SmallVec<[isize; 6]> = perm.iter().map(|&p| b.strides()[p] as isize).collect();
-    let dst: SmallVec<[isize; 6]> = image.strides().iter().map(|&s| s as isize).collect();
-    Some(CopyPlan::new(&dims, &dst, &src))
 }
 
 /// A structure derived from another one, with the map of block ids (see
@@ -824,6 +801,26 @@ impl<S: AbelianSector> BlockStructure<S> {
     /// The coupled sectors that have blocks, in increasing order, with their regions.
     pub fn sectors(&self) -> &[CoupledSector<S>] {
         &self.sectors
+    }
+
+    /// The elements and the block ids of consecutive coupled sectors `sectors` (empty
+    /// ranges for an empty or out-of-range selection): their regions follow each other,
+    /// and their blocks' ids do too, so both are ranges.
+    pub fn sectors_extent(
+        &self,
+        sectors: std::ops::Range<usize>,
+    ) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let all = &self.sectors;
+        match (all.get(sectors.start), sectors.end.checked_sub(1)) {
+            (Some(first), Some(last)) if sectors.start < sectors.end && last < all.len() => {
+                let last = &all[last];
+                (
+                    first.offset()..last.offset() + last.len(),
+                    first.blocks().start..last.blocks().end,
+                )
+            }
+            _ => (0..0, 0..0),
+        }
     }
 
     /// The id of coupled sector `c`, if it has blocks.
