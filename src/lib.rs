@@ -38,9 +38,10 @@ pub use error::{Error, IoError};
 /// runtime's values and tasks, and the one [`Error`].
 pub mod prelude {
     pub use crate::Error;
+    pub use tessera_backends::{Host, Placement};
     pub use tessera_blocks::{
         AbelianSector, AsyncArray, BlockStructure, Blocks, Direction, FermionParity, FermionicU1,
-        Leg, Product, Sector, Trivial, U1, Z2, Zn,
+        Leg, Product, Sector, Tensor, Trivial, U1, Z2, Zn,
     };
     pub use tessera_coalesce::{Truncation, eigh, lq, qr, svd};
     pub use tessera_contract::{Contraction, Network, Order};

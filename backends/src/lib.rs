@@ -1,10 +1,13 @@
 //! Tessera's kernels.
 //!
-//! Owns: the element types ([`Scalar`]) and the backends that run leaf kernels over resolved
-//! views: [`cpu`] on plain loops over contiguous runs (and, with the contraction issue, faer
-//! and rayon), and, with the `cuda` feature, `cuda` on cuBLAS through cudarc (loaded at run
-//! time, so it builds with no CUDA installed). Invariant: a backend sees only resolved views,
-//! never async types, and never writes outside the views it is handed.
+//! Owns: the element types ([`Scalar`]), the [`Placement`] trait (where a tensor's one
+//! allocation lives and what runs on it: allocation, task scheduling, elementwise,
+//! reduction, permuting and transfer kernels on granted [`Extent`]s) and the backends that
+//! implement it: [`cpu`] ([`Host`]: plain loops over contiguous runs, faer and rayon), and,
+//! with the `cuda` feature, `cuda` (`Cuda`: cuBLAS and NVRTC kernels through cudarc, loaded
+//! at run time, so it builds with no CUDA installed). Invariant: a backend sees only
+//! resolved views and grants, never async types, and never writes outside the views and
+//! grants it is handed.
 
 #![deny(missing_docs)]
 

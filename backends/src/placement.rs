@@ -159,10 +159,15 @@ pub struct Grant<'a, T: Scalar, P: Placement<T>> {
     extents: &'a [Extent],
 }
 
-/// A task's write grant of some extents of one storage.
-pub struct GrantMut<'a, T: Scalar, P: Placement<T>> {
-    storage: &'a P::Storage,
-    extents: &'a [Extent],
+/// A task's write grant of some extents of one storage (it reads them too: it derefs to
+/// the [`Grant`] of the same extents).
+pub struct GrantMut<'a, T: Scalar, P: Placement<T>>(Grant<'a, T, P>);
+
+impl<'a, T: Scalar, P: Placement<T>> std::ops::Deref for GrantMut<'a, T, P> {
+    type Target = Grant<'a, T, P>;
+    fn deref(&self) -> &Grant<'a, T, P> {
+        &self.0
+    }
 }
 
 impl<'a, T: Scalar, P: Placement<T>> Grant<'a, T, P> {
@@ -196,17 +201,7 @@ impl<'a, T: Scalar, P: Placement<T>> GrantMut<'a, T, P> {
     /// indices to distinct elements, and the caller holds the write grant of every element
     /// of every extent for as long as the grant lives.
     pub unsafe fn new(storage: &'a P::Storage, extents: &'a [Extent]) -> Self {
-        Self { storage, extents }
-    }
-
-    /// The storage.
-    pub fn storage(&self) -> &'a P::Storage {
-        self.storage
-    }
-
-    /// The granted extents.
-    pub fn extents(&self) -> &'a [Extent] {
-        self.extents
+        Self(Grant { storage, extents })
     }
 }
 

@@ -184,6 +184,17 @@ pub enum Error {
         blocks: usize,
     },
 
+    /// A range of coupled-sector positions that passes the structure's last sector.
+    #[error("coupled sectors {start}..{end} do not exist; expected a range within 0..{sectors}")]
+    UnknownSectors {
+        /// The range's start.
+        start: usize,
+        /// The range's end.
+        end: usize,
+        /// How many coupled sectors the structure has.
+        sectors: usize,
+    },
+
     /// A segment or sector tuple that names no present block.
     #[error("no present block has segments {segments:?}; expected an allowed, present block")]
     NoSuchBlock {

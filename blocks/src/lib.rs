@@ -2,10 +2,12 @@
 //!
 //! Owns: [sectors](sector) (symmetry labels, fusion, fermionic grading), [legs](leg)
 //! (segments of sectors with a direction), [block structures](structure) (which blocks a
-//! tensor has and where each lives in its one sector-major allocation), and [`AsyncArray`]:
-//! one backing allocation, the structure as its synchronous descriptor table, one hazard
-//! record per block, per-block alias handles, and operations enrolled as one task per block
-//! (among them the real/complex conversions `to_complex` and `to_real`).
+//! tensor has and where each lives in its one sector-major allocation), and [`Tensor`]: one
+//! allocation on a placement (host memory, [`AsyncArray`]; a CUDA device, `DeviceArray`),
+//! the structure as its synchronous descriptor table, one hazard record per block, alias
+//! handles of blocks, and operations written once over the placement and enrolled as tasks
+//! over blocks (on the host also per-block strided views and the real/complex conversions
+//! `to_complex` and `to_real`).
 //! Structures are immutable once built; every constructor and operation checks its input
 //! and reports misuse as [`Error`] before anything is enrolled.
 //!

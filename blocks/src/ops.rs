@@ -696,6 +696,40 @@ impl<T: Scalar, S: AbelianSector, P: Placement<T>> Tensor<T, S, P> {
         Ok(out)
     }
 
+    /// This tensor on `full`, a structure with the same legs, split and flux whose blocks
+    /// include all of this one's (the structure without a presence mask, say): each block
+    /// copied onto its block of `full`, every other block zero. At any placement, by the
+    /// permutation's block moves (with the identity permutation).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StructureMismatch`] when the legs, split or flux differ,
+    /// [`Error::NoSuchBlock`] for a block `full` lacks; the new storage's refusal.
+    pub fn embed(&self, full: impl Into<Arc<BlockStructure<S>>>) -> Result<Self, Error> {
+        let full = full.into();
+        let s = self.structure();
+        if full.legs() != s.legs() || full.n_codomain() != s.n_codomain() || full.flux() != s.flux()
+        {
+            return Err(Error::StructureMismatch {
+                expected: describe(s),
+                given: describe(&full),
+            });
+        }
+        let moves = s
+            .blocks()
+            .map(|b| match full.block_id(b.segments()) {
+                Some(j) => Ok((b.id(), j, false)),
+                None => Err(Error::NoSuchBlock {
+                    segments: b.segments().to_vec(),
+                }),
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let out = self.output(full, false)?;
+        let identity: Vec<usize> = (0..s.num_legs()).collect();
+        self.relabel_blocks(moves.into_iter(), &out, &identity, false, None)?;
+        Ok(out)
+    }
+
     /// A new tensor at this placement for the result of an operation: when `all` blocks are
     /// written, its storage is taken uninitialised (the present blocks tile the allocation
     /// exactly, so every element is overwritten before anything can read it); else zeros,

@@ -195,6 +195,20 @@ impl<T: Scalar, S: AbelianSector, P: Placement<T>> Tensor<T, S, P> {
         Self::alloc_on(structure.into(), placement, true)
     }
 
+    /// A tensor at `placement` whose values are unspecified until written: for a result
+    /// that is written in full before anything reads it (a host allocation skips zeroing;
+    /// a device allocation is zeroed anyway).
+    ///
+    /// # Errors
+    ///
+    /// As [`zeros_on`](Self::zeros_on).
+    pub fn empty_on(
+        structure: impl Into<Arc<BlockStructure<S>>>,
+        placement: &P,
+    ) -> Result<Self, Error> {
+        Self::alloc_on(structure.into(), placement, false)
+    }
+
     /// The descriptor table.
     pub fn structure(&self) -> &Arc<BlockStructure<S>> {
         &self.structure
@@ -294,6 +308,29 @@ impl<T: Scalar, S: AbelianSector, P: Placement<T>> Tensor<T, S, P> {
         // SAFETY: the extents are exactly blocks `ids` (checked, each once), paired with
         // exactly their records (see `Region for TensorRegion`).
         Ok(unsafe { Alias::from_parts(region, hazards) })
+    }
+
+    /// Coupled sectors `sectors` (positions in [`BlockStructure::sectors`]) as one alias of
+    /// one flat extent, ordered by the records of exactly their blocks: what a kernel that
+    /// works on whole sector matrices (a factorization) is granted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownSectors`] for a range that is empty-reversed or passes the last
+    /// sector.
+    pub fn sectors_region(
+        &self,
+        sectors: std::ops::Range<usize>,
+    ) -> Result<TensorAlias<T, P>, Error> {
+        let n = self.structure.sectors().len();
+        if sectors.end > n || sectors.start > sectors.end {
+            return Err(Error::UnknownSectors {
+                start: sectors.start,
+                end: sectors.end,
+                sectors: n,
+            });
+        }
+        Ok(self.span(sectors))
     }
 
     /// Coupled sectors `sectors` as one flat alias (a one-axis extent over their

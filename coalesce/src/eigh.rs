@@ -11,23 +11,19 @@
 //! coupled sector.
 
 use crate::error::Error;
-use crate::factor::{
-    SectorInfo, bond_leg, diagonal_structure, factor_sector, kernel_error, left_structure, re,
-    sector_views, with_absent_as_zeros,
-};
-use faer::Side;
-use tessera_backends::{Field, Real, Scalar};
-use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure};
-use tessera_core::Runtime;
+use crate::factor::{bond_leg, diagonal_structure, left_structure};
+use crate::kernels::Factorize;
+use tessera_backends::{Field, Host, Placement, Real, Scalar};
+use tessera_blocks::{AbelianSector, BlockStructure, Tensor};
 
 /// The result of [`eigh`].
 #[derive(Debug)]
-pub struct Eigh<T: Scalar, S: AbelianSector> {
+pub struct Eigh<T: Scalar, S: AbelianSector, P: Placement<T> + Placement<Real<T>> = Host> {
     /// `D`: the eigenvalues as a real block-diagonal tensor (codomain the dual bond leg,
     /// domain the bond leg, trivial flux), non-decreasing in each sector.
-    pub values: AsyncArray<Real<T>, S>,
+    pub values: Tensor<Real<T>, S, P>,
     /// `V`: `A`'s codomain legs to the bond leg, unitary per sector.
-    pub vectors: AsyncArray<T, S>,
+    pub vectors: Tensor<T, S, P>,
 }
 
 /// Checks that `s` maps a space to itself.
@@ -63,47 +59,19 @@ fn check_endomorphism<S: AbelianSector>(s: &BlockStructure<S>) -> Result<(), Err
 /// sector matrix holds a NaN or an infinity anywhere (in either triangle; or a result
 /// computed from it would), and [`Error::NoConvergence`]. [`Error::from_task_failure`] or
 /// [`Error::task_failure`] reads the typed reason out of the poison a wait gives.
-pub fn eigh<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Eigh<T, S>, Error> {
+pub fn eigh<T: Field, S: AbelianSector, P: Factorize<T>>(
+    a: &Tensor<T, S, P>,
+) -> Result<Eigh<T, S, P>, Error> {
     check_endomorphism(a.structure())?;
-    let filled = with_absent_as_zeros(a)?;
+    let filled = P::fill_absent(a)?;
     let a = filled.as_ref().unwrap_or(a);
-    let views = sector_views(a)?;
     let sectors = a.structure().sectors();
     let bond = bond_leg(sectors.iter().map(|c| (c.sector().clone(), c.rows())))?;
-    let vectors = AsyncArray::try_zeros(left_structure(a.structure(), &bond)?)?;
-    let values = AsyncArray::<Real<T>, S>::try_zeros(diagonal_structure(&bond)?)?;
-    let rt = Runtime::current();
-    for (view, c) in views.iter().zip(sectors) {
-        let (vc, dc) = (
-            factor_sector(&vectors, c.sector())?,
-            factor_sector(&values, c.sector())?,
-        );
-        let info = SectorInfo::new("Hermitian eigendecomposition", c.sector());
-        rt.schedule_named(
-            "coalesce.eigh",
-            (view.read(), vc.overwrite(), dc.overwrite()),
-            move |(m, mut vc, mut dc)| {
-                let shape = (m.nrows(), m.ncols());
-                info.check_finite(m, shape, "the sector matrix")?;
-                let e = m.self_adjoint_eigen(Side::Lower).map_err(|_| {
-                    kernel_error(Error::NoConvergence {
-                        what: info.operation,
-                        sector: info.sector.clone(),
-                        rows: shape.0,
-                        cols: shape.1,
-                    })
-                })?;
-                let values: Vec<f64> = e.S().column_vector().iter().map(|&x| re(x)).collect();
-                info.check_values(&values, shape, "eigenvalue")?;
-                info.check_finite(e.U(), shape, "the eigenvectors")?;
-                vc.copy_from(e.U());
-                dc.fill(Real::<T>::ZERO);
-                for (j, &x) in values.iter().enumerate() {
-                    dc[(j, j)] = Real::<T>::from_f64(x);
-                }
-                Ok(())
-            },
-        )?;
+    let placement = a.placement();
+    let vectors = Tensor::zeros_on(left_structure(a.structure(), &bond)?, &placement)?;
+    let values = Tensor::<Real<T>, S, P>::zeros_on(diagonal_structure(&bond)?, &placement)?;
+    for c in 0..sectors.len() {
+        P::eigh_sector(a, c, &vectors, &values)?;
     }
     Ok(Eigh { values, vectors })
 }

@@ -166,16 +166,6 @@ impl SectorInfo {
     }
 }
 
-/// The views of every coupled sector of `a`, refusing a packed one (nothing is enrolled;
-/// the factorizations call it on an input with every allowed block, which has none).
-pub(crate) fn sector_views<T: Scalar, S: AbelianSector>(
-    a: &AsyncArray<T, S>,
-) -> Result<Vec<SectorAlias<T>>, Error> {
-    (0..a.structure().sectors().len())
-        .map(|c| a.sector(c))
-        .collect()
-}
-
 /// The bond leg: one `Out` segment per sector with a non-zero dimension.
 pub(crate) fn bond_leg<S: AbelianSector>(
     dims: impl IntoIterator<Item = (S, usize)>,

@@ -36,19 +36,25 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "cuda")]
+mod device;
 mod eigh;
 mod error;
 mod factor;
 mod gather;
+mod kernels;
 mod qr;
 mod region;
 mod svd;
 mod truncation;
 mod view;
 
+#[cfg(feature = "cuda")]
+pub use device::DeviceSvd;
 pub use eigh::{Eigh, eigh};
 pub use error::Error;
 pub use gather::GatheredBlocks;
+pub use kernels::{Factorize, HostSvd};
 pub use qr::{Lq, Qr, lq, qr};
 pub use region::{Matrices, MatricesMut, SectorAlias, SectorRegion, SectorsAlias, SectorsRegion};
 pub use svd::{SingularValues, Svd, svd};

@@ -10,34 +10,33 @@
 //! zeros (see the `factor` module).
 
 use crate::error::Error;
-use crate::factor::{
-    SectorInfo, bond_leg, factor_sector, left_structure, right_structure, sector_views,
-    with_absent_as_zeros,
-};
-use tessera_backends::{Field, Scalar};
-use tessera_blocks::{AbelianSector, AsyncArray, Leg};
-use tessera_core::Runtime;
+use crate::factor::{bond_leg, left_structure, right_structure};
+use crate::kernels::Factorize;
+use tessera_backends::{Field, Host, Placement, Scalar};
+use tessera_blocks::{AbelianSector, Leg, Tensor};
 
 /// The result of [`qr`].
 #[derive(Debug)]
-pub struct Qr<T: Scalar, S: AbelianSector> {
+pub struct Qr<T: Scalar, S: AbelianSector, P: Placement<T> = Host> {
     /// `Q`: `A`'s codomain legs to the bond leg, orthonormal columns per sector.
-    pub q: AsyncArray<T, S>,
+    pub q: Tensor<T, S, P>,
     /// `R`: the dual bond leg to `A`'s domain legs, upper triangular per sector.
-    pub r: AsyncArray<T, S>,
+    pub r: Tensor<T, S, P>,
 }
 
 /// The result of [`lq`].
 #[derive(Debug)]
-pub struct Lq<T: Scalar, S: AbelianSector> {
+pub struct Lq<T: Scalar, S: AbelianSector, P: Placement<T> = Host> {
     /// `L`: `A`'s codomain legs to the bond leg, lower triangular per sector.
-    pub l: AsyncArray<T, S>,
+    pub l: Tensor<T, S, P>,
     /// `Q`: the dual bond leg to `A`'s domain legs, orthonormal rows per sector.
-    pub q: AsyncArray<T, S>,
+    pub q: Tensor<T, S, P>,
 }
 
 /// The bond leg of a full-rank factorization: `min(rows, cols)` per sector.
-fn thin_bond<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Leg<S>, Error> {
+fn thin_bond<T: Field, S: AbelianSector, P: Placement<T>>(
+    a: &Tensor<T, S, P>,
+) -> Result<Leg<S>, Error> {
     bond_leg(
         a.structure()
             .sectors()
@@ -58,37 +57,31 @@ fn thin_bond<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Leg<S>,
 /// [`Error::task_failure`] reads the typed reason out of it, [`Error::NonFinite`] when the
 /// sector matrix holds a NaN or an infinity (or a factor computed from it would). Sectors
 /// that do not depend on the failure are computed.
-pub fn qr<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Qr<T, S>, Error> {
-    let filled = with_absent_as_zeros(a)?;
-    let a = filled.as_ref().unwrap_or(a);
-    let views = sector_views(a)?;
-    let bond = thin_bond(a)?;
-    let q = AsyncArray::try_zeros(left_structure(a.structure(), &bond)?)?;
-    let r = AsyncArray::try_zeros(right_structure(&bond, a.structure())?)?;
-    let rt = Runtime::current();
-    for (view, c) in views.iter().zip(a.structure().sectors()) {
-        let (qc, rc) = (
-            factor_sector(&q, c.sector())?,
-            factor_sector(&r, c.sector())?,
-        );
-        let info = SectorInfo::new("QR", c.sector());
-        rt.schedule_named(
-            "coalesce.qr",
-            (view.read(), qc.overwrite(), rc.overwrite()),
-            move |(m, mut qc, mut rc)| {
-                let shape = (m.nrows(), m.ncols());
-                info.check_finite(m, shape, "the sector matrix")?;
-                let f = m.qr();
-                let (q, r) = (f.compute_thin_Q(), f.thin_R());
-                info.check_finite(r, shape, "R")?;
-                info.check_finite(q.as_ref(), shape, "Q")?;
-                qc.copy_from(q);
-                rc.copy_from(r);
-                Ok(())
-            },
-        )?;
-    }
+pub fn qr<T: Field, S: AbelianSector, P: Factorize<T>>(
+    a: &Tensor<T, S, P>,
+) -> Result<Qr<T, S, P>, Error> {
+    let (q, r) = factor_pair(a, false)?;
     Ok(Qr { q, r })
+}
+
+/// The two factors of one decomposition: left and right.
+type Pair<T, S, P> = (Tensor<T, S, P>, Tensor<T, S, P>);
+
+/// The two factors of a QR (`lq`: LQ) decomposition, one task per sector.
+fn factor_pair<T: Field, S: AbelianSector, P: Factorize<T>>(
+    a: &Tensor<T, S, P>,
+    lq: bool,
+) -> Result<Pair<T, S, P>, Error> {
+    let filled = P::fill_absent(a)?;
+    let a = filled.as_ref().unwrap_or(a);
+    let bond = thin_bond(a)?;
+    let placement = a.placement();
+    let left = Tensor::zeros_on(left_structure(a.structure(), &bond)?, &placement)?;
+    let right = Tensor::zeros_on(right_structure(&bond, a.structure())?, &placement)?;
+    for c in 0..a.structure().sectors().len() {
+        P::qr_sector(a, c, lq, &left, &right)?;
+    }
+    Ok((left, right))
 }
 
 /// The LQ decomposition of `a` (the QR decomposition of `a†`, adjoined), one task per
@@ -97,35 +90,9 @@ pub fn qr<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Qr<T, S>, 
 /// # Errors
 ///
 /// As [`qr`]: what the data decides ([`Error::NonFinite`]) poisons the factors.
-pub fn lq<T: Field, S: AbelianSector>(a: &AsyncArray<T, S>) -> Result<Lq<T, S>, Error> {
-    let filled = with_absent_as_zeros(a)?;
-    let a = filled.as_ref().unwrap_or(a);
-    let views = sector_views(a)?;
-    let bond = thin_bond(a)?;
-    let l = AsyncArray::try_zeros(left_structure(a.structure(), &bond)?)?;
-    let q = AsyncArray::try_zeros(right_structure(&bond, a.structure())?)?;
-    let rt = Runtime::current();
-    for (view, c) in views.iter().zip(a.structure().sectors()) {
-        let (lc, qc) = (
-            factor_sector(&l, c.sector())?,
-            factor_sector(&q, c.sector())?,
-        );
-        let info = SectorInfo::new("LQ", c.sector());
-        rt.schedule_named(
-            "coalesce.lq",
-            (view.read(), lc.overwrite(), qc.overwrite()),
-            move |(m, mut lc, mut qc)| {
-                let shape = (m.nrows(), m.ncols());
-                info.check_finite(m, shape, "the sector matrix")?;
-                let f = m.adjoint().qr();
-                let (q, r) = (f.compute_thin_Q(), f.thin_R());
-                info.check_finite(r.transpose(), shape, "L")?;
-                info.check_finite(q.as_ref().transpose(), shape, "Q")?;
-                lc.copy_from(r.adjoint());
-                qc.copy_from(q.adjoint());
-                Ok(())
-            },
-        )?;
-    }
+pub fn lq<T: Field, S: AbelianSector, P: Factorize<T>>(
+    a: &Tensor<T, S, P>,
+) -> Result<Lq<T, S, P>, Error> {
+    let (l, q) = factor_pair(a, true)?;
     Ok(Lq { l, q })
 }

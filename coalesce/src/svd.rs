@@ -16,15 +16,12 @@
 //! for them.
 
 use crate::error::Error;
-use crate::factor::{
-    SectorInfo, bond_leg, diagonal_structure, factor_sector, kernel_error, left_structure, re,
-    right_structure, sector_views, with_absent_as_zeros,
-};
+use crate::factor::{bond_leg, diagonal_structure, left_structure, right_structure};
+use crate::kernels::{Factorize, SVD_TASK};
 use crate::truncation::Truncation;
-use faer::Mat;
 use std::sync::Arc;
-use tessera_backends::{Field, Real, Scalar};
-use tessera_blocks::{AbelianSector, AsyncArray, Leg};
+use tessera_backends::{Field, Host, Placement, Real, Scalar};
+use tessera_blocks::{AbelianSector, AsyncArray, Leg, Tensor};
 use tessera_core::{Async, Runtime};
 
 /// The singular values kept, per segment of the bond leg, each non-increasing.
@@ -219,21 +216,18 @@ impl<R: Scalar, S: AbelianSector> SingularValues<R, S> {
 
 /// The result of [`svd`].
 #[derive(Debug)]
-pub struct Svd<T: Scalar, S: AbelianSector> {
+pub struct Svd<T: Scalar, S: AbelianSector, P: Placement<T> = Host> {
     /// `U`: `A`'s codomain legs to the bond leg, orthonormal columns per sector.
-    pub u: AsyncArray<T, S>,
+    pub u: Tensor<T, S, P>,
     /// The kept singular values, per bond segment (on the host: the truncation needed them).
     pub s: SingularValues<Real<T>, S>,
     /// `V†`: the dual bond leg to `A`'s domain legs, orthonormal rows per sector.
-    pub vt: AsyncArray<T, S>,
+    pub vt: Tensor<T, S, P>,
     /// The sum of the squares of the discarded singular values (`||A - U S V†||²`).
     pub discarded_weight: f64,
     /// The sum of the squares of all singular values (`||A||²`).
     pub total_weight: f64,
 }
-
-/// The name of a sector's SVD task.
-const SVD_TASK: &str = "coalesce.svd";
 
 /// A failure `svd` met while waiting for its sectors' tasks: the typed error that one of
 /// those tasks reported ([`Error::NonFinite`], [`Error::NoConvergence`]) as itself; any other
@@ -246,14 +240,6 @@ fn own_failure(e: tessera_core::Error) -> Error {
         return own.clone();
     }
     Error::Core(e)
-}
-
-/// One sector's thin SVD, computed by its task.
-#[derive(Debug)]
-struct SectorSvd<T> {
-    u: Mat<T>,
-    s: Vec<f64>,
-    vt: Mat<T>,
 }
 
 /// The singular value decomposition of `a`, per coupled sector, truncated globally.
@@ -282,48 +268,24 @@ struct SectorSvd<T> {
 /// [`Error::NoConvergence`]; [`Error::Core`] with the poison when `a` was poisoned by an
 /// earlier failure; and [`Error::Core`] with a wait error when called inside a task or on a
 /// worker thread: `svd` waits on the host for the singular values.
-pub fn svd<T: Field, S: AbelianSector>(
-    a: &AsyncArray<T, S>,
+pub fn svd<T: Field, S: AbelianSector, P: Factorize<T>>(
+    a: &Tensor<T, S, P>,
     truncation: &Truncation,
-) -> Result<Svd<T, S>, Error> {
+) -> Result<Svd<T, S, P>, Error> {
     truncation.check()?;
-    let filled = with_absent_as_zeros(a)?;
+    let filled = P::fill_absent(a)?;
     let a = filled.as_ref().unwrap_or(a);
-    let views = sector_views(a)?;
-    let rt = Runtime::current();
-    let mut parts = Vec::with_capacity(views.len());
-    for (view, sector) in views.iter().zip(a.structure().sectors()) {
-        let out = Async::new(SectorSvd {
-            u: Mat::<T>::from_fn(0, 0, |_, _| T::ZERO),
-            s: Vec::new(),
-            vt: Mat::<T>::from_fn(0, 0, |_, _| T::ZERO),
-        });
-        let info = SectorInfo::new("SVD", sector.sector());
-        rt.schedule_named(SVD_TASK, (view.read(), out.overwrite()), move |(m, o)| {
-            let shape = (m.nrows(), m.ncols());
-            info.check_finite(m, shape, "the sector matrix")?;
-            let svd = m.thin_svd().map_err(|_| {
-                kernel_error(Error::NoConvergence {
-                    what: "SVD",
-                    sector: info.sector.clone(),
-                    rows: shape.0,
-                    cols: shape.1,
-                })
-            })?;
-            o.s = svd.S().column_vector().iter().map(|&x| re(x)).collect();
-            info.check_values(&o.s, shape, "singular value")?;
-            info.check_finite(svd.U(), shape, "U")?;
-            info.check_finite(svd.V(), shape, "V")?;
-            o.u = svd.U().to_owned();
-            o.vt = svd.V().adjoint().to_owned();
-            Ok(())
-        })?;
+    let n = a.structure().sectors().len();
+    let mut parts = Vec::with_capacity(n);
+    for c in 0..n {
+        let out = Async::new(P::empty_svd());
+        P::svd_sector(a, c, &out)?;
         parts.push(out);
     }
     // The one host wait (see the module docs): the decision needs every singular value.
     let values: Vec<Vec<f64>> = parts
         .iter()
-        .map(|p| p.with(|o| o.s.clone()))
+        .map(|p| p.with(|o| P::singular_values(o).to_vec()))
         .collect::<Result<_, _>>()
         .map_err(own_failure)?;
     let (kept, discarded_weight, total_weight) = truncation.select(&values);
@@ -334,8 +296,9 @@ pub fn svd<T: Field, S: AbelianSector>(
         .map(|c| c.sector().clone())
         .collect();
     let bond = bond_leg(labels.iter().cloned().zip(kept.iter().copied()))?;
-    let u = AsyncArray::try_zeros(left_structure(structure, &bond)?)?;
-    let vt = AsyncArray::try_zeros(right_structure(&bond, structure)?)?;
+    let placement = a.placement();
+    let u = Tensor::zeros_on(left_structure(structure, &bond)?, &placement)?;
+    let vt = Tensor::zeros_on(right_structure(&bond, structure)?, &placement)?;
     let mut s_values = Vec::new();
     for (c, part) in parts.iter().enumerate() {
         let k = kept[c];
@@ -348,19 +311,7 @@ pub fn svd<T: Field, S: AbelianSector>(
                 .map(|&x| Real::<T>::from_f64(x))
                 .collect(),
         );
-        let (uc, vc) = (
-            factor_sector(&u, &labels[c])?,
-            factor_sector(&vt, &labels[c])?,
-        );
-        rt.schedule_named(
-            "coalesce.svd.keep",
-            (part.read(), uc.overwrite(), vc.overwrite()),
-            move |(p, mut uc, mut vc)| {
-                uc.copy_from(p.u.as_ref().subcols(0, k));
-                vc.copy_from(p.vt.as_ref().subrows(0, k));
-                Ok(())
-            },
-        )?;
+        P::keep_svd(part, k, &u, &vt, &labels[c])?;
     }
     Ok(Svd {
         u,

@@ -22,8 +22,6 @@
 //!   the device's stream and returns, so a contraction costs no host wait.
 
 use crate::error::Error;
-use crate::operand::Operand;
-use crate::operand::sealed::{Sealed, Token};
 use crate::plan::Plan;
 use hashbrown::HashMap;
 use std::sync::Arc;
@@ -33,7 +31,7 @@ use tessera_backends::cuda::{
     StridedBatch, probe_grouped,
 };
 use tessera_blocks::{AbelianSector, BlockStructure, DeviceArray};
-use tessera_core::{Domain, schedule_eager_named};
+use tessera_core::schedule_eager_named;
 
 /// One cuBLAS GEMM of a lowered plan: `C <- alpha A B + beta C` on matrices of `A'`, `B'`
 /// and the target.
@@ -286,175 +284,151 @@ fn matrix_temp<T: CudaScalar, S: AbelianSector>(
     }
 }
 
-impl<T: CudaScalar, S: AbelianSector> Operand for DeviceArray<T, S> {
-    type Scalar = T;
-    type Symmetry = S;
-
-    fn structure(&self) -> &Arc<BlockStructure<S>> {
-        DeviceArray::structure(self)
+/// Enrolls a plan's work on a device: `c <- alpha a b + beta c` (`fresh`: `c` is new,
+/// written in full), through cuBLAS on `c`'s device's stream (see the module docs).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn submit<T: CudaScalar, S: AbelianSector>(
+    plan: &Arc<Plan<S>>,
+    alpha: T,
+    a: &DeviceArray<T, S>,
+    b: &DeviceArray<T, S>,
+    beta: T,
+    c: &DeviceArray<T, S>,
+    fresh: bool,
+) -> Result<(), Error> {
+    let permutes =
+        plan.operands.iter().any(|o| o.permute.is_some()) || plan.output_permute.is_some();
+    if permutes {
+        tessera_backends::cuda::probe_nvrtc().map_err(tessera_blocks::Error::from)?;
     }
-}
-
-impl<T: CudaScalar, S: AbelianSector> Sealed for DeviceArray<T, S> {
-    type Elem = T;
-    type Sector = S;
-
-    fn domain_of(&self) -> Domain {
-        DeviceArray::domain(self)
-    }
-
-    fn same_storage(&self, other: &Self) -> bool {
-        DeviceArray::same_storage(self, other)
-    }
-
-    fn output(&self, structure: &Arc<BlockStructure<S>>, _: Token) -> Result<Self, Error> {
-        Ok(DeviceArray::zeros(Arc::clone(structure), self.device())?)
-    }
-
-    fn submit(
-        plan: &Arc<Plan<S>>,
-        alpha: T,
-        a: &Self,
-        b: &Self,
-        beta: T,
-        c: &Self,
-        fresh: bool,
-        _: Token,
-    ) -> Result<(), Error> {
-        let permutes =
-            plan.operands.iter().any(|o| o.permute.is_some()) || plan.output_permute.is_some();
-        if permutes {
-            tessera_backends::cuda::probe_nvrtc().map_err(tessera_blocks::Error::from)?;
+    // Every temporary first: an allocation that fails enrolls nothing.
+    let a_tmp = matrix_temp(plan, 0, a)?;
+    let b_tmp = matrix_temp(plan, 1, b)?;
+    let product_tmp = match &plan.output_permute {
+        Some(_) => Some(DeviceArray::<T, S>::zeros(
+            Arc::clone(&plan.product),
+            c.device(),
+        )?),
+        None => None,
+    };
+    let moved = match product_tmp {
+        Some(_) if !(fresh || beta == T::ZERO) => Some(DeviceArray::<T, S>::zeros(
+            Arc::clone(plan.output()),
+            c.device(),
+        )?),
+        _ => None,
+    };
+    for (which, x, tmp) in [(0, a, &a_tmp), (1, b, &b_tmp)] {
+        if let (Some((perm, permuted)), Some(tmp)) = (&plan.operands[which].permute, tmp) {
+            x.permute_into_with(permuted, perm, tmp)?;
         }
-        // Every temporary first: an allocation that fails enrolls nothing.
-        let a_tmp = matrix_temp(plan, 0, a)?;
-        let b_tmp = matrix_temp(plan, 1, b)?;
-        let product_tmp = match &plan.output_permute {
-            Some(_) => Some(DeviceArray::<T, S>::zeros(
-                Arc::clone(&plan.product),
-                c.device(),
-            )?),
-            None => None,
-        };
-        let moved = match product_tmp {
-            Some(_) if !(fresh || beta == T::ZERO) => Some(DeviceArray::<T, S>::zeros(
-                Arc::clone(plan.output()),
-                c.device(),
-            )?),
-            _ => None,
-        };
-        for (which, x, tmp) in [(0, a, &a_tmp), (1, b, &b_tmp)] {
-            if let (Some((perm, permuted)), Some(tmp)) = (&plan.operands[which].permute, tmp) {
-                x.permute_into_with(permuted, perm, tmp)?;
-            }
-        }
-        let am = a_tmp.as_ref().unwrap_or(a);
-        let bm = b_tmp.as_ref().unwrap_or(b);
-        let target = product_tmp.as_ref().unwrap_or(c);
-        let overwrite = fresh || product_tmp.is_some() || beta == T::ZERO;
-        let first_beta = if overwrite { T::ZERO } else { beta };
-        // Real types only: conjugation is the identity, and every operand is already in
-        // its matrix form, so no call transposes.
-        // Small batches grouped where cuBLAS has grouped GEMM (12.5+).
-        let launches = launches::<T>(
-            layers(&gemm_calls(
-                plan,
-                am.structure(),
-                bm.structure(),
-                target.structure(),
-            )),
-            probe_grouped().is_ok(),
-        );
-        let all = |x: &DeviceArray<T, S>| x.region(&(0..x.num_blocks()).collect::<Vec<_>>());
-        let out = all(target)?;
-        let out = if overwrite {
-            out.into_overwrite()
-        } else {
-            out.into_write()
-        };
-        let n = target.structure().n_codomain();
-        let idle: Vec<MatLayout> = plan
-            .idle
-            .iter()
-            .map(|&i| {
-                tessera_blocks::block_matrix(target.structure(), i, n).expect("idle blocks exist")
-            })
-            .collect();
-        let access = (all(am)?.into_read(), all(bm)?.into_read(), out);
-        schedule_eager_named("device.contract", access, move |(xa, xb, xc)| {
-            with_buffers(
-                Some(xc.storage()),
-                &[xa.storage(), xb.storage()],
-                |dev, cbuf, srcs| {
-                    let cbuf = cbuf.expect("a write was given");
-                    let beta_of = |first: bool| if first { first_beta } else { T::ONE };
-                    for launch in &launches {
-                        let bufs = BatchBuffers {
-                            c: &mut *cbuf,
-                            a: srcs[0],
-                            b: srcs[1],
-                        };
-                        match launch {
-                            Launch::Independent(lones) => {
-                                let gemms: Vec<_> = lones
-                                    .iter()
-                                    .map(|l| IndependentGemm {
-                                        entry: l.entry,
-                                        batch: l.strided,
-                                        op_a: Op::Identity,
-                                        op_b: Op::Identity,
-                                        alpha,
-                                        beta: beta_of(l.first),
-                                    })
-                                    .collect();
-                                dev.gemm_independent(bufs, &gemms)?
-                            }
-                            Launch::Batched(batch) => {
-                                dev.gemm_batched(bufs, group_of(batch, alpha, first_beta))?
-                            }
-                            Launch::Grouped(batches) => {
-                                let groups: Vec<_> = batches
-                                    .iter()
-                                    .map(|b| group_of(b, alpha, first_beta))
-                                    .collect();
-                                dev.gemm_grouped(bufs, &groups)?
-                            }
+    }
+    let am = a_tmp.as_ref().unwrap_or(a);
+    let bm = b_tmp.as_ref().unwrap_or(b);
+    let target = product_tmp.as_ref().unwrap_or(c);
+    let overwrite = fresh || product_tmp.is_some() || beta == T::ZERO;
+    let first_beta = if overwrite { T::ZERO } else { beta };
+    // Real types only: conjugation is the identity, and every operand is already in
+    // its matrix form, so no call transposes.
+    // Small batches grouped where cuBLAS has grouped GEMM (12.5+).
+    let launches = launches::<T>(
+        layers(&gemm_calls(
+            plan,
+            am.structure(),
+            bm.structure(),
+            target.structure(),
+        )),
+        probe_grouped().is_ok(),
+    );
+    let all = |x: &DeviceArray<T, S>| x.region(&(0..x.num_blocks()).collect::<Vec<_>>());
+    let out = all(target)?;
+    let out = if overwrite {
+        out.into_overwrite()
+    } else {
+        out.into_write()
+    };
+    let n = target.structure().n_codomain();
+    let idle: Vec<MatLayout> = plan
+        .idle
+        .iter()
+        .map(|&i| {
+            tessera_blocks::block_matrix(target.structure(), i, n).expect("idle blocks exist")
+        })
+        .collect();
+    let access = (all(am)?.into_read(), all(bm)?.into_read(), out);
+    schedule_eager_named("device.contract", access, move |(xa, xb, xc)| {
+        with_buffers(
+            Some(xc.storage()),
+            &[xa.storage(), xb.storage()],
+            |dev, cbuf, srcs| {
+                let cbuf = cbuf.expect("a write was given");
+                let beta_of = |first: bool| if first { first_beta } else { T::ONE };
+                for launch in &launches {
+                    let bufs = BatchBuffers {
+                        c: &mut *cbuf,
+                        a: srcs[0],
+                        b: srcs[1],
+                    };
+                    match launch {
+                        Launch::Independent(lones) => {
+                            let gemms: Vec<_> = lones
+                                .iter()
+                                .map(|l| IndependentGemm {
+                                    entry: l.entry,
+                                    batch: l.strided,
+                                    op_a: Op::Identity,
+                                    op_b: Op::Identity,
+                                    alpha,
+                                    beta: beta_of(l.first),
+                                })
+                                .collect();
+                            dev.gemm_independent(bufs, &gemms)?
+                        }
+                        Launch::Batched(batch) => {
+                            dev.gemm_batched(bufs, group_of(batch, alpha, first_beta))?
+                        }
+                        Launch::Grouped(batches) => {
+                            let groups: Vec<_> = batches
+                                .iter()
+                                .map(|b| group_of(b, alpha, first_beta))
+                                .collect();
+                            dev.gemm_grouped(bufs, &groups)?
                         }
                     }
-                    // Blocks no pair writes: zero where the GEMMs overwrite, else beta C.
-                    for layout in &idle {
-                        if overwrite {
-                            dev.zero(cbuf, *layout)?;
-                        } else if beta != T::ONE {
-                            // One call for a contiguous block, else one per column.
-                            for run in layout.runs() {
-                                let run = tessera_backends::cuda::VecLayout {
-                                    offset: run.start,
-                                    ..tessera_backends::cuda::VecLayout::contiguous(run.len())
-                                };
-                                dev.scal(beta, cbuf.vec_mut(run))?;
-                            }
-                        }
-                    }
-                    Ok(())
-                },
-            )?;
-            Ok(())
-        })?;
-        if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
-            match &moved {
-                None => product.permute_into_with(permuted, perm, c)?,
-                Some(moved) => {
-                    product.permute_into_with(permuted, perm, moved)?;
-                    if beta != T::ONE {
-                        c.scale(beta);
-                    }
-                    c.axpy(T::ONE, moved)?;
                 }
+                // Blocks no pair writes: zero where the GEMMs overwrite, else beta C.
+                for layout in &idle {
+                    if overwrite {
+                        dev.zero(cbuf, *layout)?;
+                    } else if beta != T::ONE {
+                        // One call for a contiguous block, else one per column.
+                        for run in layout.runs() {
+                            let run = tessera_backends::cuda::VecLayout {
+                                offset: run.start,
+                                ..tessera_backends::cuda::VecLayout::contiguous(run.len())
+                            };
+                            dev.scal(beta, cbuf.vec_mut(run))?;
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        Ok(())
+    })?;
+    if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
+        match &moved {
+            None => product.permute_into_with(permuted, perm, c)?,
+            Some(moved) => {
+                product.permute_into_with(permuted, perm, moved)?;
+                if beta != T::ONE {
+                    c.scale(beta);
+                }
+                c.axpy(T::ONE, moved)?;
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -96,6 +96,6 @@ pub use cache::{DEFAULT_PLAN_CAPACITY, PlanCache};
 pub use error::Error;
 pub use execute::Contraction;
 pub use network::{MAX_EXHAUSTIVE, Network, Order};
-pub use operand::Operand;
+pub use operand::{Executor, Operand};
 pub use plan::{Plan, Strategy};
 pub use spec::{MAX_LEGS, Spec};

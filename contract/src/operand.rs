@@ -1,15 +1,17 @@
 //! The arrays a contraction takes, and which backend runs a plan on them.
 //!
-//! Owns: the sealed [`Operand`] trait. Invariant: the backend is chosen from the operands'
-//! storage domain alone: host arrays run on the CPU backend (faer GEMM tasks), device arrays
-//! (feature `cuda`) on their device's stream through cuBLAS, and operands of one call always
-//! share one domain (checked before anything is enrolled).
+//! Owns: the sealed [`Operand`] trait, implemented once for [`Tensor`], and [`Executor`],
+//! what each placement implements to run a plan. Invariant: the backend is chosen from the
+//! operands' placement alone: host tensors run on the CPU backend (faer GEMM tasks), device
+//! tensors (feature `cuda`) on their device's stream through cuBLAS, and operands of one
+//! call always share one domain (checked before anything is enrolled).
 
 use crate::error::Error;
 use crate::plan::Plan;
 use std::sync::Arc;
 use tessera_backends::{Field, Scalar};
-use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure};
+use tessera_backends::{Host, Placement};
+use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Tensor};
 use tessera_core::Domain;
 
 /// What the crate itself calls on an operand: in a private module, so nothing outside the
@@ -24,7 +26,11 @@ pub(crate) mod sealed {
     #[derive(Clone, Copy, Debug)]
     pub struct Token(pub(crate) ());
 
-    pub trait Sealed: Sized {
+    /// Seals [`Executor`](super::Executor): only this crate's placements run plans.
+    pub trait Sealed {}
+
+    /// The methods of an [`Operand`](super::Operand) only this crate calls.
+    pub trait Operands: Sized {
         /// The element type.
         type Elem: Scalar;
         /// The sector type.
@@ -72,9 +78,66 @@ pub(crate) mod sealed {
     }
 }
 
-/// An array a [`Contraction`](crate::Contraction) takes: [`AsyncArray`] (host memory, the CPU
-/// backend) or, with the `cuda` feature, `DeviceArray` (one CUDA device, cuBLAS). Sealed.
-pub trait Operand: sealed::Sealed<Elem = Self::Scalar, Sector = Self::Symmetry> {
+/// How a placement runs a contraction plan: the CPU backend's GEMM tasks on the host
+/// ([`Host`]), cuBLAS calls on a device's stream (`Cuda`, feature `cuda`). Sealed: its
+/// one method enrolls work, and only this crate, after its checks, calls it.
+pub trait Executor<T: Scalar>: Placement<T> + sealed::Sealed {
+    /// Enrolls the plan's work: `c <- alpha op(a) op(b) + beta c` (`fresh`: `c` is new,
+    /// written in full, `beta` ignored). BLAS's argument list, plus the token.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    fn submit<S: AbelianSector>(
+        plan: &Arc<Plan<S>>,
+        alpha: T,
+        a: &Tensor<T, S, Self>,
+        b: &Tensor<T, S, Self>,
+        beta: T,
+        c: &Tensor<T, S, Self>,
+        fresh: bool,
+        token: sealed::Token,
+    ) -> Result<(), Error>;
+}
+
+impl sealed::Sealed for Host {}
+
+impl<T: Field> Executor<T> for Host {
+    fn submit<S: AbelianSector>(
+        plan: &Arc<Plan<S>>,
+        alpha: T,
+        a: &AsyncArray<T, S>,
+        b: &AsyncArray<T, S>,
+        beta: T,
+        c: &AsyncArray<T, S>,
+        fresh: bool,
+        _: sealed::Token,
+    ) -> Result<(), Error> {
+        crate::execute::submit(plan, alpha, a, b, beta, c, fresh)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl sealed::Sealed for tessera_backends::cuda::Cuda {}
+
+#[cfg(feature = "cuda")]
+impl<T: tessera_backends::cuda::CudaScalar> Executor<T> for tessera_backends::cuda::Cuda {
+    fn submit<S: AbelianSector>(
+        plan: &Arc<Plan<S>>,
+        alpha: T,
+        a: &tessera_blocks::DeviceArray<T, S>,
+        b: &tessera_blocks::DeviceArray<T, S>,
+        beta: T,
+        c: &tessera_blocks::DeviceArray<T, S>,
+        fresh: bool,
+        _: sealed::Token,
+    ) -> Result<(), Error> {
+        crate::device::submit(plan, alpha, a, b, beta, c, fresh)
+    }
+}
+
+/// A tensor a [`Contraction`](crate::Contraction) takes: a [`Tensor`] of any placement
+/// with an [`Executor`] ([`AsyncArray`] on the host, `DeviceArray` on a CUDA device).
+/// Sealed.
+pub trait Operand: sealed::Operands<Elem = Self::Scalar, Sector = Self::Symmetry> {
     /// The element type.
     type Scalar: Scalar;
     /// The sector type.
@@ -89,20 +152,20 @@ pub trait Operand: sealed::Sealed<Elem = Self::Scalar, Sector = Self::Symmetry> 
     }
 }
 
-impl<T: Field, S: AbelianSector> sealed::Sealed for AsyncArray<T, S> {
+impl<T: Scalar, S: AbelianSector, P: Executor<T>> sealed::Operands for Tensor<T, S, P> {
     type Elem = T;
     type Sector = S;
 
     fn same_storage(&self, other: &Self) -> bool {
-        AsyncArray::same_storage(self, other)
+        Tensor::same_storage(self, other)
     }
 
     fn domain_of(&self) -> Domain {
-        AsyncArray::domain(self)
+        Tensor::domain(self)
     }
 
     fn output(&self, structure: &Arc<BlockStructure<S>>, _: sealed::Token) -> Result<Self, Error> {
-        Ok(AsyncArray::try_empty(Arc::clone(structure))?)
+        Ok(Tensor::empty_on(Arc::clone(structure), &self.placement())?)
     }
 
     fn submit(
@@ -113,17 +176,17 @@ impl<T: Field, S: AbelianSector> sealed::Sealed for AsyncArray<T, S> {
         beta: T,
         c: &Self,
         fresh: bool,
-        _: sealed::Token,
+        token: sealed::Token,
     ) -> Result<(), Error> {
-        crate::execute::submit(plan, alpha, a, b, beta, c, fresh)
+        P::submit(plan, alpha, a, b, beta, c, fresh, token)
     }
 }
 
-impl<T: Field, S: AbelianSector> Operand for AsyncArray<T, S> {
+impl<T: Scalar, S: AbelianSector, P: Executor<T>> Operand for Tensor<T, S, P> {
     type Scalar = T;
     type Symmetry = S;
 
     fn structure(&self) -> &Arc<BlockStructure<S>> {
-        AsyncArray::structure(self)
+        Tensor::structure(self)
     }
 }

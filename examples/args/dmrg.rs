@@ -3,6 +3,7 @@
 //! directories (if any) existing and writable, and its `--resume` directory (if any) holding
 //! a checkpoint file, and its `--model` parsed into a [`Model`] on `--sites` sites.
 
+use super::block_gemm::Backend;
 use super::{MAX_THREADS, Output, Threads, in_range, non_negative, threads_parser, usage_error};
 use clap::Parser;
 use std::path::{Path, PathBuf};
@@ -62,6 +63,11 @@ pub(crate) struct Args {
     /// (created if missing; the files are removed at the end).
     #[arg(long, value_name = "DIR")]
     pub(crate) spill: Option<PathBuf>,
+    /// Where the sweeps run: cpu (host memory, the runtime's workers) or cuda (device 0:
+    /// every tensor, contraction, Lanczos vector and SVD on the GPU; needs the `cuda`
+    /// feature, and no --save, --resume or --spill, which are host-side).
+    #[arg(long, value_name = "DEVICE", value_enum, default_value_t = Backend::Cpu)]
+    pub(crate) device: Backend,
 }
 
 /// A run the flags allow.
@@ -98,6 +104,27 @@ impl Args {
     pub(crate) fn prepare(self) -> Result<Prepared, clap::Error> {
         debug_assert!(self.threads <= MAX_THREADS);
         let model = self.parse_model()?;
+        if self.device == Backend::Cuda {
+            if !cfg!(feature = "cuda") {
+                return Err(usage_error::<Args>(
+                    "--device",
+                    "cuda is not part of this build: it needs the `cuda` feature \
+                     (cargo run --features cuda ...); available: cpu",
+                ));
+            }
+            for (flag, given) in [
+                ("--save", self.save.is_some()),
+                ("--resume", self.resume.is_some()),
+                ("--spill", self.spill.is_some()),
+            ] {
+                if given {
+                    return Err(usage_error::<Args>(
+                        flag,
+                        "checkpoints and spilled environments are host-side: use --device cpu",
+                    ));
+                }
+            }
+        }
         if let Some(dir) = &self.resume {
             let file = dir.join(CHECKPOINT_FILE);
             if !file.is_file() {

@@ -46,7 +46,7 @@ mod args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
-use tessera::mps::dmrg::{Dmrg, Progress, Settings, SweepStats};
+use tessera::mps::dmrg::{Backend, Dmrg, Progress, Settings, SweepStats};
 use tessera::mps::models::{ChainModel, ModelVisitor};
 use tessera::mps::observables::{LocalOperator, Observables, Report};
 use tessera::prelude::Runtime;
@@ -226,21 +226,18 @@ impl ModelVisitor for Run<'_> {
             settings,
             json,
         } = self;
-        let reporter = std::cell::RefCell::new(Reporter::new());
-        let progress = |p: &Progress| reporter.borrow_mut().step(p);
-        let report = |s: &SweepStats| {
-            reporter.borrow_mut().sweep_done();
-            println!(
-                "{:>5} {:>22.14} {:>12.3e} {:>6} {:>8} {:>9.3}",
-                s.sweep,
-                s.energy,
-                s.truncation,
-                s.max_bond,
-                s.matvecs,
-                s.time.as_secs_f64()
-            );
-        };
         let mpo = model.mpo()?;
+        if args.device == args::block_gemm::Backend::Cuda {
+            #[cfg(feature = "cuda")]
+            {
+                let gpu = tessera::backends::cuda::Cuda::open(0)?;
+                println!("on CUDA device 0 ({})", gpu.device().name()?);
+                let dmrg = Dmrg::on(&gpu, mpo, model.initial_state()?, settings)?;
+                return sweeps(dmrg, model, json);
+            }
+            #[cfg(not(feature = "cuda"))]
+            unreachable!("--device cuda is refused without the cuda feature");
+        }
         let mut dmrg = match &args.resume {
             Some(dir) => {
                 let dmrg = Dmrg::resume(mpo, dir, settings)?;
@@ -260,44 +257,65 @@ impl ModelVisitor for Run<'_> {
         if let Some(dir) = &args.spill {
             dmrg.spill_to(dir, tessera::mps::dmrg::SPILL_MIN_BYTES)?;
         }
-        println!(
-            "{:>5} {:>22} {:>12} {:>6} {:>8} {:>9}",
-            "sweep", "energy", "truncation", "chi", "matvecs", "time [s]"
-        );
-        let energy = dmrg.run(progress, report)?;
-        reporter.borrow_mut().sweep_done();
-        if let Some(out) = json {
-            let site = model.site();
-            let names: Vec<&str> = ONE_SITE
-                .into_iter()
-                .chain(PAIRS.iter().flat_map(|&(a, b)| [a, b]))
-                .filter(|n| site.operator(n).is_ok())
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            let ops: Vec<(&str, LocalOperator<M::Charge>)> = names
-                .iter()
-                .map(|&n| Ok((n, site.local_operator(n)?)))
-                .collect::<tessera::mps::Result<_>>()?;
-            let named: Vec<(&str, &LocalOperator<M::Charge>)> =
-                ops.iter().map(|(n, o)| (*n, o)).collect();
-            let pairs: Vec<(&str, &str)> = PAIRS
-                .into_iter()
-                .filter(|(a, b)| names.contains(a) && names.contains(b))
-                .collect();
-            let measured = Report::measure(&Observables::new(&dmrg.mps()?)?, &named, &pairs)?
-                .with_energies(energy, dmrg.energies().to_vec());
-            let path = out.path().display().to_string();
-            out.write(measured.to_json()?.as_bytes())?;
-            let entropy = measured
-                .entanglement
-                .iter()
-                .map(|b| b.entropy)
-                .fold(0.0, f64::max);
-            println!(
-                "wrote the measurements to {path} (largest entanglement entropy {entropy:.6})"
-            );
-        }
-        Ok(energy)
+        sweeps(dmrg, model, json)
     }
+}
+
+/// The sweeps of a prepared run at any placement, then the measurements for `--json`.
+fn sweeps<M: ChainModel, P: Backend>(
+    mut dmrg: Dmrg<M::Charge, P>,
+    model: &M,
+    json: Option<args::Output>,
+) -> Result<f64> {
+    let reporter = std::cell::RefCell::new(Reporter::new());
+    let progress = |p: &Progress| reporter.borrow_mut().step(p);
+    let report = |s: &SweepStats| {
+        reporter.borrow_mut().sweep_done();
+        println!(
+            "{:>5} {:>22.14} {:>12.3e} {:>6} {:>8} {:>9.3}",
+            s.sweep,
+            s.energy,
+            s.truncation,
+            s.max_bond,
+            s.matvecs,
+            s.time.as_secs_f64()
+        );
+    };
+    println!(
+        "{:>5} {:>22} {:>12} {:>6} {:>8} {:>9}",
+        "sweep", "energy", "truncation", "chi", "matvecs", "time [s]"
+    );
+    let energy = dmrg.run(progress, report)?;
+    reporter.borrow_mut().sweep_done();
+    if let Some(out) = json {
+        let site = model.site();
+        let names: Vec<&str> = ONE_SITE
+            .into_iter()
+            .chain(PAIRS.iter().flat_map(|&(a, b)| [a, b]))
+            .filter(|n| site.operator(n).is_ok())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let ops: Vec<(&str, LocalOperator<M::Charge>)> = names
+            .iter()
+            .map(|&n| Ok((n, site.local_operator(n)?)))
+            .collect::<tessera::mps::Result<_>>()?;
+        let named: Vec<(&str, &LocalOperator<M::Charge>)> =
+            ops.iter().map(|(n, o)| (*n, o)).collect();
+        let pairs: Vec<(&str, &str)> = PAIRS
+            .into_iter()
+            .filter(|(a, b)| names.contains(a) && names.contains(b))
+            .collect();
+        let measured = Report::measure(&Observables::new(&dmrg.mps()?)?, &named, &pairs)?
+            .with_energies(energy, dmrg.energies().to_vec());
+        let path = out.path().display().to_string();
+        out.write(measured.to_json()?.as_bytes())?;
+        let entropy = measured
+            .entanglement
+            .iter()
+            .map(|b| b.entropy)
+            .fold(0.0, f64::max);
+        println!("wrote the measurements to {path} (largest entanglement entropy {entropy:.6})");
+    }
+    Ok(energy)
 }

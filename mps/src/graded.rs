@@ -13,15 +13,16 @@
 //! `Out` legs ket first, which is the Hilbert-space inner product times `(-1)` per odd open
 //! `Out` leg: twisting that leg on one side undoes it.
 
-use tessera_blocks::{AbelianSector, AsyncArray, Blocks};
+use tessera_backends::Placement;
+use tessera_blocks::{AbelianSector, Blocks, Tensor};
 
 use crate::Result;
 
 /// A copy of `x` with `(-1)` on the blocks whose sectors (one per leg) satisfy `negative`.
-fn negated<S: AbelianSector>(
-    x: &AsyncArray<f64, S>,
+fn negated<S: AbelianSector, P: Placement<f64>>(
+    x: &Tensor<f64, S, P>,
     negative: impl Fn(&[S]) -> bool,
-) -> Result<AsyncArray<f64, S>> {
+) -> Result<Tensor<f64, S, P>> {
     let y = x.duplicate();
     if !S::GRADED {
         return Ok(y);
@@ -41,7 +42,9 @@ fn negated<S: AbelianSector>(
 /// A copy of `a` with the sign of reversing its legs: `(-1)` on the blocks with an odd number
 /// of pairs of odd legs. Its in-place conjugate (a contraction's `conj_b`) is the graded
 /// adjoint of `a`, read in `a`'s leg order.
-pub fn reversal_signed<S: AbelianSector>(a: &AsyncArray<f64, S>) -> Result<AsyncArray<f64, S>> {
+pub fn reversal_signed<S: AbelianSector, P: Placement<f64>>(
+    a: &Tensor<f64, S, P>,
+) -> Result<Tensor<f64, S, P>> {
     negated(a, |sectors| {
         let odd = sectors.iter().filter(|s| s.parity()).count();
         (odd * odd.saturating_sub(1) / 2) % 2 == 1
@@ -50,14 +53,19 @@ pub fn reversal_signed<S: AbelianSector>(a: &AsyncArray<f64, S>) -> Result<Async
 
 /// A copy of `x` with `(-1)` on the blocks whose sector on `leg` is odd: the twist that turns
 /// the graded pairing of an open `Out` leg into the Hilbert-space inner product.
-pub fn twisted<S: AbelianSector>(x: &AsyncArray<f64, S>, leg: usize) -> Result<AsyncArray<f64, S>> {
+pub fn twisted<S: AbelianSector, P: Placement<f64>>(
+    x: &Tensor<f64, S, P>,
+    leg: usize,
+) -> Result<Tensor<f64, S, P>> {
     negated(x, |sectors| sectors[leg].parity())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_blocks::{BlockStructure, Direction, FermionParity, FermionicU1, Leg, U1};
+    use tessera_blocks::{
+        AsyncArray, BlockStructure, Direction, FermionParity, FermionicU1, Leg, U1,
+    };
 
     fn f(n: i32) -> FermionicU1 {
         tessera_blocks::Product(U1(n), FermionParity::new(n % 2 != 0))

@@ -140,15 +140,17 @@ fn views<'a, T: Scalar>(x: &Grant<'a, T, Host>) -> impl Iterator<Item = StridedR
     })
 }
 
-/// The exclusive views of a grant's extents.
-fn views_mut<'a, T: Scalar>(
-    y: &mut GrantMut<'a, T, Host>,
-) -> impl Iterator<Item = StridedMut<'a, T>> {
-    let storage = y.storage();
-    y.extents().iter().map(move |e| {
+/// The exclusive views of a grant's extents, for as long as the grant stays mutably
+/// borrowed (so no other view of it can be made meanwhile).
+fn views_mut<'g, T: Scalar>(
+    y: &'g mut GrantMut<'_, T, Host>,
+) -> impl Iterator<Item = StridedMut<'g, T>> + 'g {
+    let (storage, extents): (&'g SharedBuffer<T>, &'g [crate::Extent]) = (y.storage(), y.extents());
+    extents.iter().map(move |e| {
         // SAFETY: the grant's maker holds write grants of exactly these elements, inside the
         // buffer, and the extents neither overlap nor alias within themselves
-        // (`GrantMut::new`'s contract); `&mut` on the grant keeps its other views away.
+        // (`GrantMut::new`'s contract); the mutable borrow of the grant for `'g` keeps any
+        // other view made through it away while these live.
         unsafe { storage.view_mut(e.offset, &e.dims, &e.strides) }
     })
 }

@@ -24,7 +24,9 @@ mod sealed {
 }
 
 /// An element type with cuBLAS kernels here: `f32` and `f64`.
-pub trait CudaScalar: Scalar + DeviceRepr + ValidAsZeroBits + sealed::Sealed {
+pub trait CudaScalar:
+    Scalar + DeviceRepr + ValidAsZeroBits + sealed::Sealed + super::solver::Lapack
+{
     /// The index of this type's kernel in a device's permute kernels.
     #[doc(hidden)]
     const KERNEL: usize;
@@ -454,6 +456,8 @@ pub struct CudaDevice {
     pub(super) skinny_kernels: OnceLock<Result<Arc<super::skinny::SkinnyKernels>, CudaError>>,
     /// Side streams for independent GEMMs, made on first use ([`super::lanes`]).
     pub(super) lanes: super::lanes::LaneSet,
+    /// The cuSOLVER handle on the stream, made on first use ([`super::solver`]).
+    pub(super) solver: OnceLock<Result<Arc<cudarc::cusolver::safe::DnHandle>, CudaError>>,
     /// In host pointer mode (alpha, beta and results are host pointers): GEMMs, axpy, scal.
     pub(super) blas: CudaBlas,
     /// In device pointer mode, set once at creation and never changed (a handle's pointer mode
@@ -588,6 +592,7 @@ impl CudaDevice {
             permute_kernels: OnceLock::new(),
             skinny_kernels: OnceLock::new(),
             lanes: Default::default(),
+            solver: OnceLock::new(),
             blas,
             blas_device_results,
             stream,

@@ -76,6 +76,7 @@ mod lanes;
 mod permute;
 mod placement;
 mod skinny;
+mod solver;
 mod storage;
 
 pub use batched::{BatchBuffers, GemmEntry, GemmGroup, may_overlap};
@@ -86,6 +87,7 @@ pub use lanes::{IndependentGemm, LANES};
 pub use permute::{MAX_AXES, PERMUTE_SOURCE, PermuteMove, StridedView};
 pub use placement::Cuda;
 pub use skinny::{SKINNY_MAX, SKINNY_SOURCE, skinny_shape};
+pub use solver::{DenseFactors, Lapack, probe_cusolver};
 pub use storage::{CudaStorage, with_buffers};
 
 use crate::cpu::GemmShapeMismatch;
@@ -145,6 +147,22 @@ pub enum CudaError {
         during: &'static str,
         /// cuBLAS's status.
         source: CublasError,
+    },
+    /// A cuSOLVER call failed (or refused an argument).
+    #[error("expected cuSOLVER to {during}, but it failed: {status}")]
+    Cusolver {
+        /// What was being done.
+        during: &'static str,
+        /// cuSOLVER's status, or which argument it refused.
+        status: String,
+    },
+    /// An iterative factorization did not converge (cuSOLVER's positive `info`).
+    #[error("expected the device's {what} to converge, but cuSOLVER reported info = {info}")]
+    NoConvergence {
+        /// Which factorization.
+        what: &'static str,
+        /// cuSOLVER's `info`.
+        info: i32,
     },
     /// A host and a device buffer of one copy have different lengths.
     #[error(

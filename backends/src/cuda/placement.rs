@@ -293,6 +293,9 @@ impl<T: CudaScalar> Placement<T> for Cuda {
             }));
         }
         let dst = y.storage();
+        if runs.is_empty() {
+            return Ok(());
+        }
         if let Some(src) = (x.storage() as &dyn Any).downcast_ref::<CudaStorage<T>>() {
             // Device to device: one stream-ordered copy of the whole allocation (peer to
             // peer between devices), with no host wait.

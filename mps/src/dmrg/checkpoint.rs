@@ -273,7 +273,7 @@ impl<S: SectorCodec> Dmrg<S> {
         for b in 0..mpo.len() - 1 {
             spectra.push(spectrum::<S>(&ck, &path, b)?);
         }
-        let mut run = Self::unprepared(mpo, mps, settings)?;
+        let mut run = Self::unprepared(&tessera_backends::Host, mpo, mps, settings)?;
         // The state of a finished sweep: the centre at the pair (1, 2) after the step on
         // (0, 1) moved right, so left[1] and right[2..] are valid. Built as the sweep built
         // them: right[i] from right[i + 1] (those the back half-sweep built), then left[1].

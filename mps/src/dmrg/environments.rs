@@ -9,10 +9,12 @@
 //! pair `(i, i + 1)` needs `left[i]` and `right[i + 2]`, so it is allowed exactly when
 //! `i <= left_valid` and `i + 2 >= right_valid`.
 
+use tessera_backends::{Host, Placement};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure};
+use tessera_contract::Executor;
 
 use super::Bra;
-use super::heff::{Contractions, Signed, Tensor};
+use super::heff::{Contractions, Pair, Signed, Tensor};
 use super::spill::SpillStore;
 use crate::{Error, Mpo, Result, graded};
 
@@ -37,23 +39,23 @@ impl std::fmt::Display for Key {
 
 /// Where one environment is.
 #[derive(Debug)]
-enum Slot<S: AbelianSector> {
+enum Slot<S: AbelianSector, P: Placement<f64> = Host> {
     /// Not valid (never built, or invalidated by a step).
     Empty,
     /// In memory.
-    Resident(Tensor<S>),
+    Resident(Tensor<S, P>),
     /// Held by the spill store (on disk, or being loaded back).
     Spilled,
 }
 
 /// The environments of a chain of `L` sites.
 #[derive(Debug)]
-pub(crate) struct Environments<S: AbelianSector> {
-    left: Vec<Slot<S>>,
-    right: Vec<Slot<S>>,
+pub(crate) struct Environments<S: AbelianSector, P: Placement<f64> = Host> {
+    left: Vec<Slot<S, P>>,
+    right: Vec<Slot<S, P>>,
     left_valid: usize,
     right_valid: usize,
-    spill: Option<Box<dyn SpillStore<S>>>,
+    spill: Option<Box<dyn SpillStore<S, P>>>,
     /// Environments smaller than this stay in memory even with a spill store.
     spill_min_bytes: usize,
 }
@@ -61,7 +63,10 @@ pub(crate) struct Environments<S: AbelianSector> {
 /// The operand whose in-place conjugate is the bra of `a`: the reversal-signed copy for the
 /// graded adjoint, `a` itself otherwise (the reversal sign is the identity on bosonic
 /// sectors, so no copy is made for them).
-pub(crate) fn bra_of<S: AbelianSector>(a: &Tensor<S>, bra: Bra) -> Result<Signed<'_, S>> {
+pub(crate) fn bra_of<S: AbelianSector, P: Placement<f64>>(
+    a: &Tensor<S, P>,
+    bra: Bra,
+) -> Result<Signed<'_, S, P>> {
     if !S::GRADED || bra == Bra::InPlaceConjugate {
         return Ok(Signed::Borrowed(a));
     }
@@ -70,7 +75,9 @@ pub(crate) fn bra_of<S: AbelianSector>(a: &Tensor<S>, bra: Bra) -> Result<Signed
 
 /// A right environment twisted on its bra leg (the open `Out` leg of `H theta`): `r` itself
 /// for bosonic sectors, where the twist is the identity.
-pub(crate) fn twisted_right<S: AbelianSector>(r: &Tensor<S>) -> Result<Signed<'_, S>> {
+pub(crate) fn twisted_right<S: AbelianSector, P: Placement<f64>>(
+    r: &Tensor<S, P>,
+) -> Result<Signed<'_, S, P>> {
     if !S::GRADED {
         return Ok(Signed::Borrowed(r));
     }
@@ -81,11 +88,12 @@ pub(crate) fn twisted_right<S: AbelianSector>(r: &Tensor<S>) -> Result<Signed<'_
 /// `(k Out, a Out, y In)` and the right edge `(r In, b In, z Out)`, every leg the dual of
 /// the one-dimensional edge it meets, value 1; the right edge is twisted on its bra leg (it
 /// pairs the ket's edge, which carries the total charge, with the bra's).
-pub(crate) fn edges<S: AbelianSector>(
-    first: &Tensor<S>,
-    last: &Tensor<S>,
+pub(crate) fn edges<S: AbelianSector, P: Placement<f64>>(
+    first: &Tensor<S, P>,
+    last: &Tensor<S, P>,
     mpo: &Mpo<S>,
-) -> Result<(Tensor<S>, Tensor<S>)> {
+) -> Result<(Tensor<S, P>, Tensor<S, P>)> {
+    let placement = first.placement();
     let w = mpo.tensors();
     let k = first.structure().legs()[0].clone();
     let a = w[0].structure().legs()[0].clone();
@@ -93,19 +101,20 @@ pub(crate) fn edges<S: AbelianSector>(
     let r = last.structure().legs()[2].clone();
     let b = w[w.len() - 1].structure().legs()[3].clone();
     let right = BlockStructure::new([r.dual(), b.dual()], [r], S::trivial())?;
-    let left = AsyncArray::from_dense(left, &[1.0])?;
-    let right = graded::twisted(&AsyncArray::from_dense(right, &[1.0])?, 2)?;
+    let left = AsyncArray::from_dense(left, &[1.0])?.to_placement(&placement)?;
+    let right = AsyncArray::from_dense(right, &[1.0])?.to_placement(&placement)?;
+    let right = graded::twisted(&right, 2)?;
     Ok((left, right))
 }
 
 /// `left[i + 1]` from `left[i]`, the left isometry `a` at site `i` and its MPO tensor `w`.
-pub(crate) fn grow_left<S: AbelianSector>(
+pub(crate) fn grow_left<S: AbelianSector, P: Executor<f64>>(
     c: &Contractions,
-    l: &Tensor<S>,
-    a: &Tensor<S>,
-    w: &Tensor<S>,
+    l: &Tensor<S, P>,
+    a: &Tensor<S, P>,
+    w: &Tensor<S, P>,
     bra: Bra,
-) -> Result<Tensor<S>> {
+) -> Result<Tensor<S, P>> {
     let t = c.left[0].apply(l, a)?;
     let t = c.left[1].apply(&t, w)?;
     let bra = bra_of(a, bra)?;
@@ -114,24 +123,24 @@ pub(crate) fn grow_left<S: AbelianSector>(
 
 /// `right[i]` from `right[i + 1]`, the right isometry `b` at site `i` and its MPO tensor
 /// `w`.
-pub(crate) fn grow_right<S: AbelianSector>(
+pub(crate) fn grow_right<S: AbelianSector, P: Executor<f64>>(
     c: &Contractions,
-    r: &Tensor<S>,
-    b: &Tensor<S>,
-    w: &Tensor<S>,
+    r: &Tensor<S, P>,
+    b: &Tensor<S, P>,
+    w: &Tensor<S, P>,
     bra: Bra,
-) -> Result<Tensor<S>> {
+) -> Result<Tensor<S, P>> {
     let t = c.right[0].apply(b, r)?;
     let t = c.right[1].apply(&t, w)?;
     let bra = bra_of(b, bra)?;
     Ok(c.right[2].apply(&t, &*bra)?)
 }
 
-impl<S: AbelianSector> Environments<S> {
+impl<S: AbelianSector, P: Placement<f64>> Environments<S, P> {
     /// The edges of a chain of `sites` sites; nothing else is valid yet.
-    pub(crate) fn new(sites: usize, left_edge: Tensor<S>, right_edge: Tensor<S>) -> Self {
-        let mut left: Vec<Slot<S>> = (0..=sites).map(|_| Slot::Empty).collect();
-        let mut right: Vec<Slot<S>> = (0..=sites).map(|_| Slot::Empty).collect();
+    pub(crate) fn new(sites: usize, left_edge: Tensor<S, P>, right_edge: Tensor<S, P>) -> Self {
+        let mut left: Vec<Slot<S, P>> = (0..=sites).map(|_| Slot::Empty).collect();
+        let mut right: Vec<Slot<S, P>> = (0..=sites).map(|_| Slot::Empty).collect();
         left[0] = Slot::Resident(left_edge);
         right[sites] = Slot::Resident(right_edge);
         Self {
@@ -149,7 +158,7 @@ impl<S: AbelianSector> Environments<S> {
         self.left.len() - 1
     }
 
-    fn slot(&mut self, key: Key) -> &mut Slot<S> {
+    fn slot(&mut self, key: Key) -> &mut Slot<S, P> {
         match key {
             Key::Left(i) => &mut self.left[i],
             Key::Right(i) => &mut self.right[i],
@@ -174,7 +183,7 @@ impl<S: AbelianSector> Environments<S> {
     }
 
     /// Environment `key`, loaded back (waiting for it) if it was spilled.
-    pub(crate) fn get(&mut self, key: Key) -> Result<&Tensor<S>> {
+    pub(crate) fn get(&mut self, key: Key) -> Result<&Tensor<S, P>> {
         if !self.is_valid(key) {
             return Err(Error::Dmrg {
                 what: format!("environment {key}"),
@@ -202,7 +211,7 @@ impl<S: AbelianSector> Environments<S> {
     }
 
     /// `left[i]` and `right[i + 2]`, the environments of the pair `(i, i + 1)`.
-    pub(crate) fn pair(&mut self, i: usize) -> Result<(&Tensor<S>, &Tensor<S>)> {
+    pub(crate) fn pair(&mut self, i: usize) -> Result<Pair<'_, S, P>> {
         self.get(Key::Left(i))?;
         self.get(Key::Right(i + 2))?;
         match (&self.left[i], &self.right[i + 2]) {
@@ -214,7 +223,7 @@ impl<S: AbelianSector> Environments<S> {
     /// Records `left[j]`, just built from the MPS tensors left of site `j`, the last of
     /// which may have changed: the right environments of sites `j` and below are invalid
     /// now, and so are the left ones past `j`.
-    pub(crate) fn set_left(&mut self, j: usize, left: Tensor<S>) {
+    pub(crate) fn set_left(&mut self, j: usize, left: Tensor<S, P>) {
         self.left_valid = j;
         self.left[j] = Slot::Resident(left);
         self.right_valid = self.right_valid.max(j + 1);
@@ -224,7 +233,7 @@ impl<S: AbelianSector> Environments<S> {
     /// Records `right[j]`, just built from the MPS tensors from site `j` on, the first of
     /// which may have changed: the left environments of sites `j` and above are invalid
     /// now, and so are the right ones before `j`.
-    pub(crate) fn set_right(&mut self, j: usize, right: Tensor<S>) {
+    pub(crate) fn set_right(&mut self, j: usize, right: Tensor<S, P>) {
         self.right_valid = j;
         self.right[j] = Slot::Resident(right);
         self.left_valid = self.left_valid.min(j - 1);
@@ -294,7 +303,7 @@ impl<S: AbelianSector> Environments<S> {
     /// previous store's environments are loaded back first.
     pub(crate) fn set_spill(
         &mut self,
-        store: Box<dyn SpillStore<S>>,
+        store: Box<dyn SpillStore<S, P>>,
         min_bytes: usize,
     ) -> Result<()> {
         if self.spill.is_some() {

@@ -18,28 +18,32 @@
 //! reversal-signed ket there ([`crate::graded::reversal_signed`]), whose in-place conjugate
 //! is the graded adjoint.
 
-use tessera_blocks::{AbelianSector, AsyncArray};
-use tessera_contract::Contraction;
+use tessera_backends::{Host, Placement};
+use tessera_blocks::AbelianSector;
+use tessera_contract::{Contraction, Executor};
 
 use crate::Result;
 
-/// A real block-sparse tensor with sectors `S`.
-pub(crate) type Tensor<S> = AsyncArray<f64, S>;
+/// A real block-sparse tensor with sectors `S` at placement `P` (host memory by default).
+pub(crate) type Tensor<S, P = Host> = tessera_blocks::Tensor<f64, S, P>;
+
+/// The two environments of a pair, left and right.
+pub(crate) type Pair<'a, S, P> = (&'a Tensor<S, P>, &'a Tensor<S, P>);
 
 /// A tensor borrowed, or a signed copy owned (`Cow` without `Clone`: tensors are copied
 /// only by `duplicate`).
 #[derive(Debug)]
-pub(crate) enum Signed<'a, S: AbelianSector> {
+pub(crate) enum Signed<'a, S: AbelianSector, P: Placement<f64> = Host> {
     /// The tensor itself.
-    Borrowed(&'a Tensor<S>),
+    Borrowed(&'a Tensor<S, P>),
     /// A new tensor.
-    Owned(Tensor<S>),
+    Owned(Tensor<S, P>),
 }
 
-impl<S: AbelianSector> std::ops::Deref for Signed<'_, S> {
-    type Target = Tensor<S>;
+impl<S: AbelianSector, P: Placement<f64>> std::ops::Deref for Signed<'_, S, P> {
+    type Target = Tensor<S, P>;
 
-    fn deref(&self) -> &Tensor<S> {
+    fn deref(&self) -> &Tensor<S, P> {
         match self {
             Signed::Borrowed(t) => t,
             Signed::Owned(t) => t,
@@ -92,7 +96,9 @@ impl Contractions {
 
 /// `w` (an MPO tensor `(a, o, i, b)`) in sweep order `(a, i | o, b)`: the same element with
 /// its physical legs swapped (the permutation carries the sign of swapping two odd legs).
-pub(crate) fn sweep_order<S: AbelianSector>(w: &Tensor<S>) -> Result<Tensor<S>> {
+pub(crate) fn sweep_order<S: AbelianSector, P: Placement<f64>>(
+    w: &Tensor<S, P>,
+) -> Result<Tensor<S, P>> {
     Ok(w.permute(&[0, 2, 1, 3], 2)?)
 }
 
@@ -101,21 +107,21 @@ pub(crate) fn sweep_order<S: AbelianSector>(w: &Tensor<S>) -> Result<Tensor<S>> 
 /// identity for bosonic sectors). With the environments of left and right isometries,
 /// `<theta'|H theta>` (the plain inner product) is `<psi'|H|psi>` and the map is symmetric.
 #[derive(Debug)]
-pub struct EffectiveHamiltonian<'a, S: AbelianSector> {
-    pub(crate) left: &'a Tensor<S>,
-    pub(crate) w: [&'a Tensor<S>; 2],
-    pub(crate) right: Signed<'a, S>,
+pub struct EffectiveHamiltonian<'a, S: AbelianSector, P: Placement<f64> = Host> {
+    pub(crate) left: &'a Tensor<S, P>,
+    pub(crate) w: [&'a Tensor<S, P>; 2],
+    pub(crate) right: Signed<'a, S, P>,
     pub(crate) steps: &'a [Contraction; 4],
 }
 
-impl<S: AbelianSector> EffectiveHamiltonian<'_, S> {
+impl<S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'_, S, P> {
     /// `H theta`: a new tensor with the structure of `theta` (enrolled, not waited for).
     ///
     /// # Errors
     ///
     /// A contraction error when `theta` is not a pair `(k In, s In, t In | r Out)` of this
     /// pair's legs.
-    pub fn apply(&self, theta: &Tensor<S>) -> Result<Tensor<S>> {
+    pub fn apply(&self, theta: &Tensor<S, P>) -> Result<Tensor<S, P>> {
         let t = self.steps[0].apply(self.left, theta)?;
         let t = self.steps[1].apply(&t, self.w[0])?;
         let t = self.steps[2].apply(&t, self.w[1])?;

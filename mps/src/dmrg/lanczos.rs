@@ -6,17 +6,18 @@
 //! waits only for the scalars the recurrence needs; the returned vector has the structure of
 //! the start vector and unit norm.
 
-use tessera_blocks::{AbelianSector, AsyncArray};
+use tessera_backends::{Host, Placement};
+use tessera_blocks::{AbelianSector, Tensor};
 
 use crate::{Error, Result};
 
 /// What [`lanczos`] found.
 #[derive(Debug)]
-pub struct Eigenpair<S: AbelianSector> {
+pub struct Eigenpair<S: AbelianSector, P: Placement<f64> = Host> {
     /// The lowest Ritz value.
     pub value: f64,
     /// Its Ritz vector, normalised, with the structure of the start vector.
-    pub vector: AsyncArray<f64, S>,
+    pub vector: Tensor<f64, S, P>,
     /// Matrix-vector products used.
     pub iterations: usize,
 }
@@ -27,7 +28,7 @@ pub struct Eigenpair<S: AbelianSector> {
 /// space is exhausted.
 ///
 /// `apply` must map a tensor to a new tensor of the same structure (as the effective
-/// Hamiltonian of a pair does) and be symmetric under [`AsyncArray::inner`].
+/// Hamiltonian of a pair does) and be symmetric under [`Tensor::inner`].
 ///
 /// ```
 /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
@@ -52,12 +53,12 @@ pub struct Eigenpair<S: AbelianSector> {
 ///
 /// [`Error::Dmrg`] for a zero start vector or a tridiagonal eigensolver that fails; the
 /// errors of `apply` and of the block operations.
-pub fn lanczos<S: AbelianSector>(
-    apply: impl Fn(&AsyncArray<f64, S>) -> Result<AsyncArray<f64, S>>,
-    start: &AsyncArray<f64, S>,
+pub fn lanczos<S: AbelianSector, P: Placement<f64>>(
+    apply: impl Fn(&Tensor<f64, S, P>) -> Result<Tensor<f64, S, P>>,
+    start: &Tensor<f64, S, P>,
     tol: f64,
     max_iter: usize,
-) -> Result<Eigenpair<S>> {
+) -> Result<Eigenpair<S, P>> {
     let dim = start.structure().total_len();
     let max_iter = max_iter.clamp(1, dim.max(1));
     let v0 = start.duplicate();
@@ -138,7 +139,7 @@ fn lowest_of_tridiagonal(alpha: &[f64], beta: &[f64]) -> Result<(f64, Vec<f64>)>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_blocks::{BlockStructure, Direction, Leg, U1};
+    use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
     use tessera_contract::Contraction;
 
     #[test]

@@ -90,12 +90,20 @@ use std::time::{Duration, Instant};
 /// A size threshold for [`Dmrg::spill_to`]: environments below 1 MiB stay in memory.
 pub const SPILL_MIN_BYTES: usize = 1 << 20;
 
-use tessera_blocks::{AbelianSector, AsyncArray};
-use tessera_coalesce::{Truncation, svd};
+use tessera_backends::Host;
+use tessera_blocks::AbelianSector;
+use tessera_coalesce::{Factorize, Truncation, svd};
+use tessera_contract::Executor;
 
 use crate::{Error, Mpo, Mps, Result};
 use environments::{Environments, Key, edges, grow_left, grow_right, twisted_right};
-use heff::{Contractions, Tensor, sweep_order};
+use heff::{Contractions, Pair, Tensor, sweep_order};
+
+/// A placement the engine runs on: one whose contractions and factorizations exist (host
+/// memory, or with the `cuda` feature a CUDA device).
+pub trait Backend: Executor<f64> + Factorize<f64> {}
+
+impl<P: Executor<f64> + Factorize<f64>> Backend for P {}
 
 /// How the bra layer of the network is made from the ket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -257,22 +265,22 @@ fn plan(sites: usize, sweeps_done: usize) -> Vec<(usize, Toward)> {
 
 /// What a run does after each sweep besides sweeping (a checkpoint), behind a trait object
 /// so that the sweep needs only [`AbelianSector`].
-pub(crate) trait AfterSweep<S: AbelianSector>: std::fmt::Debug {
+pub(crate) trait AfterSweep<S: AbelianSector, P: Backend = Host>: std::fmt::Debug {
     /// Called after each sweep of [`Dmrg::run`].
-    fn after_sweep(&mut self, run: &Dmrg<S>) -> Result<()>;
+    fn after_sweep(&mut self, run: &Dmrg<S, P>) -> Result<()>;
     /// Called when [`Dmrg::run`] returns (waits for what is in flight).
     fn finish(&mut self) -> Result<()>;
 }
 
 /// A two-site DMRG run: the MPO, the MPS, its environments and what the sweeps found.
 #[derive(Debug)]
-pub struct Dmrg<S: AbelianSector> {
+pub struct Dmrg<S: AbelianSector, P: Backend = Host> {
     settings: Settings,
     mpo: Mpo<S>,
-    /// The MPO tensors in sweep order (see the `heff` module).
-    w: Vec<Tensor<S>>,
-    mps: Vec<Tensor<S>>,
-    envs: Environments<S>,
+    /// The MPO tensors in sweep order (see the `heff` module), at the run's placement.
+    w: Vec<Tensor<S, P>>,
+    mps: Vec<Tensor<S, P>>,
+    envs: Environments<S, P>,
     c: Contractions,
     sweeps_done: usize,
     energies: Vec<f64>,
@@ -280,12 +288,29 @@ pub struct Dmrg<S: AbelianSector> {
     /// discarded weight there.
     spectra: Vec<Option<BondSpectrum<S>>>,
     discarded: Vec<f64>,
-    after_sweep: Option<Box<dyn AfterSweep<S>>>,
+    after_sweep: Option<Box<dyn AfterSweep<S, P>>>,
 }
 
 impl<S: AbelianSector> Dmrg<S> {
-    /// A run of `mpo` from `start`, its right environments built (the centre at the pair
-    /// `(0, 1)`).
+    /// A run of `mpo` from `start` in host memory, its right environments built (the
+    /// centre at the pair `(0, 1)`): [`on`](Dmrg::on) with [`Host`].
+    ///
+    /// `start` should be right-normalised or, like a product state, both left- and
+    /// right-normalised; its charge picks the symmetry sector of the ground state found.
+    ///
+    /// # Errors
+    ///
+    /// As [`on`](Dmrg::on).
+    pub fn new(mpo: Mpo<S>, start: Mps<S>, settings: Settings) -> Result<Self> {
+        Self::on(&Host, mpo, start, settings)
+    }
+}
+
+impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
+    /// A run of `mpo` from `start` at `placement` (the tensors are moved there; the host
+    /// keeps the MPO for checks and checkpoints), its right environments built (the centre
+    /// at the pair `(0, 1)`). Every contraction, Lanczos step and SVD then runs there, and
+    /// only the scalars the recurrence needs and the singular values come back.
     ///
     /// `start` should be right-normalised or, like a product state, both left- and
     /// right-normalised; its charge picks the symmetry sector of the ground state found.
@@ -294,8 +319,8 @@ impl<S: AbelianSector> Dmrg<S> {
     ///
     /// [`Error::Dmrg`] for invalid settings, fewer than two sites, a chain length or a
     /// physical leg that differs between `mpo` and `start`; the errors of the contractions.
-    pub fn new(mpo: Mpo<S>, start: Mps<S>, settings: Settings) -> Result<Self> {
-        let mut run = Self::unprepared(mpo, start, settings)?;
+    pub fn on(placement: &P, mpo: Mpo<S>, start: Mps<S>, settings: Settings) -> Result<Self> {
+        let mut run = Self::unprepared(placement, mpo, start, settings)?;
         let l = run.mps.len();
         for i in (2..l).rev() {
             run.build_right(i)?;
@@ -304,7 +329,7 @@ impl<S: AbelianSector> Dmrg<S> {
     }
 
     /// The run of `mpo` from `start` with only its edge environments.
-    fn unprepared(mpo: Mpo<S>, start: Mps<S>, settings: Settings) -> Result<Self> {
+    fn unprepared(placement: &P, mpo: Mpo<S>, start: Mps<S>, settings: Settings) -> Result<Self> {
         settings.check()?;
         let l = start.len();
         if l < 2 || mpo.len() != l {
@@ -324,12 +349,16 @@ impl<S: AbelianSector> Dmrg<S> {
                 });
             }
         }
-        let mps = start.into_tensors();
+        let mps = start
+            .into_tensors()
+            .iter()
+            .map(|t| t.to_placement(placement))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let (left, right) = edges(&mps[0], &mps[l - 1], &mpo)?;
         let w = mpo
             .tensors()
             .iter()
-            .map(sweep_order)
+            .map(|w| sweep_order(&w.to_placement(placement)?))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             settings,
@@ -415,7 +444,7 @@ impl<S: AbelianSector> Dmrg<S> {
     }
 
     /// The current MPS tensors.
-    pub fn tensors(&self) -> &[AsyncArray<f64, S>] {
+    pub fn tensors(&self) -> &[Tensor<S, P>] {
         &self.mps
     }
 
@@ -426,7 +455,12 @@ impl<S: AbelianSector> Dmrg<S> {
     ///
     /// As [`Mps::new`] (never, for a chain that came from one).
     pub fn mps(&self) -> Result<Mps<S>> {
-        Mps::new(self.mps.iter().map(AsyncArray::duplicate).collect())
+        Mps::new(
+            self.mps
+                .iter()
+                .map(|t| t.to_placement(&Host))
+                .collect::<std::result::Result<_, _>>()?,
+        )
     }
 
     /// The MPS, consuming the run.
@@ -435,7 +469,7 @@ impl<S: AbelianSector> Dmrg<S> {
     ///
     /// As [`Mps::new`] (never, for a chain that came from one).
     pub fn into_mps(self) -> Result<Mps<S>> {
-        Mps::new(self.mps)
+        self.mps()
     }
 
     /// The spectrum of bond `i` (between sites `i` and `i + 1`) as the last step on that
@@ -469,7 +503,7 @@ impl<S: AbelianSector> Dmrg<S> {
     /// # Errors
     ///
     /// [`Error::Dmrg`] for a pair past the end.
-    pub fn pair(&self, i: usize) -> Result<Tensor<S>> {
+    pub fn pair(&self, i: usize) -> Result<Tensor<S, P>> {
         if i + 1 >= self.mps.len() {
             return Err(Error::Dmrg {
                 what: "pair".into(),
@@ -501,7 +535,7 @@ impl<S: AbelianSector> Dmrg<S> {
     ///
     /// [`Error::Dmrg`] for a pair whose environments are not valid (away from the
     /// orthogonality centre); a spilled environment's load errors.
-    pub fn environments(&mut self, i: usize) -> Result<(&Tensor<S>, &Tensor<S>)> {
+    pub fn environments(&mut self, i: usize) -> Result<Pair<'_, S, P>> {
         self.check_pair(i)?;
         self.envs.pair(i)
     }
@@ -511,7 +545,7 @@ impl<S: AbelianSector> Dmrg<S> {
     /// # Errors
     ///
     /// As [`environments`](Self::environments).
-    pub fn effective_hamiltonian(&mut self, i: usize) -> Result<EffectiveHamiltonian<'_, S>> {
+    pub fn effective_hamiltonian(&mut self, i: usize) -> Result<EffectiveHamiltonian<'_, S, P>> {
         self.check_pair(i)?;
         let (left, right) = self.envs.pair(i)?;
         Ok(EffectiveHamiltonian {
@@ -548,6 +582,7 @@ impl<S: AbelianSector> Dmrg<S> {
         let kept = (f.total_weight - f.discarded_weight).sqrt();
         let s = f.s.to_array()?;
         s.scale(1.0 / kept);
+        let s = s.to_placement(&self.w[0].placement())?;
         let bond = f.s.len();
         self.spectra[i] = Some(BondSpectrum::from_singular_values(&f.s, kept));
         self.discarded[i] = discarded;

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 
+use tessera_backends::{Host, Placement};
 use tessera_blocks::AbelianSector;
 use tessera_core::Async;
 use tessera_io::{Checkpoint, SectorCodec};
@@ -34,13 +35,15 @@ use crate::{Error, Result};
 pub(crate) const QUEUED: usize = 2;
 
 /// Where the environments a step does not touch go, and how they come back.
-pub(crate) trait SpillStore<S: AbelianSector>: std::fmt::Debug {
+pub(crate) trait SpillStore<S: AbelianSector, P: Placement<f64> = Host>:
+    std::fmt::Debug
+{
     /// Takes `tensor` (environment `key`) out of memory: writes it, asynchronously.
-    fn write(&mut self, key: Key, tensor: Tensor<S>) -> Result<()>;
+    fn write(&mut self, key: Key, tensor: Tensor<S, P>) -> Result<()>;
     /// Starts loading `key` back, as a task, if that has not started.
     fn prefetch(&mut self, key: Key) -> Result<()>;
     /// Environment `key`, waiting for its load (starting it first if need be).
-    fn take(&mut self, key: Key) -> Result<Tensor<S>>;
+    fn take(&mut self, key: Key) -> Result<Tensor<S, P>>;
     /// Forgets `key` (it is invalid now).
     fn forget(&mut self, key: Key);
 }
