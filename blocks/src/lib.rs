@@ -78,7 +78,9 @@ pub use sector::{
 pub use structure::{Block, BlockStructure, CoupledSector, Permuted, Remapped};
 #[cfg(feature = "cuda")]
 pub use tensor::DeviceArray;
-pub use tensor::{AsyncArray, Tensor, TensorAlias, TensorRegion, block_extent, block_matrix};
+pub use tensor::{
+    AsyncArray, Tensor, TensorAlias, TensorRegion, block_extent, block_matrix, sector_matrix,
+};
 
 /// `bitvec`'s slice and vector types, as used by presence masks.
 pub use bitvec::prelude::{BitSlice, BitVec};

@@ -164,6 +164,26 @@ pub fn block_matrix<S: AbelianSector>(
     block_extent(s, id)?.matrix(rows)
 }
 
+/// Coupled sector `c` of `s` as the dense column-major matrix of its region (rows: its
+/// codomain tuples, columns: its domain tuples, leading dim its rows), as a sector GEMM or a
+/// factorization reads it; a packed sector's blocks lie inside that region too.
+///
+/// # Panics
+///
+/// When `c` is not a sector position of `s`.
+pub fn sector_matrix<S: AbelianSector>(
+    s: &BlockStructure<S>,
+    c: usize,
+) -> tessera_backends::MatLayout {
+    let sector = &s.sectors()[c];
+    tessera_backends::MatLayout {
+        offset: sector.offset(),
+        rows: sector.rows(),
+        cols: sector.cols(),
+        ld: sector.rows().max(1),
+    }
+}
+
 impl<T: Scalar, S: AbelianSector, P: Placement<T>> Tensor<T, S, P> {
     /// A new tensor of `structure` at `placement`: zeros when `zeroed`, else values that
     /// are overwritten before anything reads them.

@@ -14,9 +14,8 @@
 //!   scanned element by element on the device; a non-finite input shows up in the values.
 
 use crate::error::Error;
-use crate::factor::{SectorInfo, kernel_error};
+use crate::factor::{SectorInfo, full_structure, kernel_error};
 use crate::kernels::{Factorize, SVD_TASK};
-use std::sync::Arc;
 use tessera_backends::cuda::{Cuda, CudaError, CudaScalar, DenseFactors, with_buffers};
 use tessera_backends::{Field, MatLayout, Placement, Real, Scalar};
 use tessera_blocks::{AbelianSector, BlockStructure, DeviceArray, Tensor};
@@ -27,17 +26,6 @@ use tessera_core::{Async, KernelError};
 #[derive(Debug)]
 pub struct DeviceSvd<T> {
     factors: Option<DenseFactors<T>>,
-}
-
-/// The dense matrix of coupled sector `c` of `s` (every sector is dense here).
-fn sector_matrix<S: AbelianSector>(s: &BlockStructure<S>, c: usize) -> MatLayout {
-    let sector = &s.sectors()[c];
-    MatLayout {
-        offset: sector.offset(),
-        rows: sector.rows(),
-        cols: sector.cols(),
-        ld: sector.rows().max(1),
-    }
 }
 
 /// The sector of a factor labelled `label` (a factor has one for every kept sector).
@@ -87,16 +75,10 @@ where
     fn fill_absent<S: AbelianSector>(
         a: &DeviceArray<T, S>,
     ) -> Result<Option<DeviceArray<T, S>>, Error> {
-        let s = a.structure();
-        if s.num_blocks() == s.num_allowed() {
-            return Ok(None);
+        match full_structure(a.structure())? {
+            Some(full) => Ok(Some(a.embed(full)?)),
+            None => Ok(None),
         }
-        let full = Arc::new(BlockStructure::from_legs(
-            s.legs().to_vec(),
-            s.n_codomain(),
-            s.flux().clone(),
-        )?);
-        Ok(Some(a.embed(full)?))
     }
 
     fn svd_sector<S: AbelianSector>(
@@ -104,7 +86,7 @@ where
         c: usize,
         out: &Async<DeviceSvd<T>>,
     ) -> Result<(), Error> {
-        let m = sector_matrix(a.structure(), c);
+        let m = tessera_blocks::sector_matrix(a.structure(), c);
         let info = SectorInfo::new("SVD", a.structure().sectors()[c].sector());
         let access = (a.sectors_region(c..c + 1)?.into_read(), out.overwrite());
         <Cuda as Placement<T>>::schedule(SVD_TASK, 0, 1, true, access, move |(x, o)| {
@@ -134,8 +116,8 @@ where
             factor_sector(vt.structure(), label),
         );
         let (mu, mv) = (
-            sector_matrix(u.structure(), cu),
-            sector_matrix(vt.structure(), cv),
+            tessera_blocks::sector_matrix(u.structure(), cu),
+            tessera_blocks::sector_matrix(vt.structure(), cv),
         );
         let access = (
             part.read(),
@@ -168,15 +150,15 @@ where
         left: &DeviceArray<T, S>,
         right: &DeviceArray<T, S>,
     ) -> Result<(), Error> {
-        let m = sector_matrix(a.structure(), c);
+        let m = tessera_blocks::sector_matrix(a.structure(), c);
         let label = a.structure().sectors()[c].sector();
         let (cl, cr) = (
             factor_sector(left.structure(), label),
             factor_sector(right.structure(), label),
         );
         let (ml, mr) = (
-            sector_matrix(left.structure(), cl),
-            sector_matrix(right.structure(), cr),
+            tessera_blocks::sector_matrix(left.structure(), cl),
+            tessera_blocks::sector_matrix(right.structure(), cr),
         );
         let info = SectorInfo::new(if lq { "LQ" } else { "QR" }, label);
         let access = (
@@ -225,15 +207,15 @@ where
         vectors: &DeviceArray<T, S>,
         values: &Tensor<Real<T>, S, Cuda>,
     ) -> Result<(), Error> {
-        let m = sector_matrix(a.structure(), c);
+        let m = tessera_blocks::sector_matrix(a.structure(), c);
         let label = a.structure().sectors()[c].sector();
         let (cv, cd) = (
             factor_sector(vectors.structure(), label),
             factor_sector(values.structure(), label),
         );
         let (mv, md) = (
-            sector_matrix(vectors.structure(), cv),
-            sector_matrix(values.structure(), cd),
+            tessera_blocks::sector_matrix(vectors.structure(), cv),
+            tessera_blocks::sector_matrix(values.structure(), cd),
         );
         let info = SectorInfo::new("Hermitian eigendecomposition", label);
         let access = (

@@ -30,6 +30,21 @@ use tessera_backends::{Field, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Direction, Leg};
 use tessera_core::KernelError;
 
+/// The structure with `s`'s legs, split and flux and every allowed block, or `None` when
+/// `s` has every allowed block already.
+pub(crate) fn full_structure<S: AbelianSector>(
+    s: &BlockStructure<S>,
+) -> Result<Option<Arc<BlockStructure<S>>>, Error> {
+    if s.num_blocks() == s.num_allowed() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(BlockStructure::from_legs(
+        s.legs().to_vec(),
+        s.n_codomain(),
+        s.flux().clone(),
+    )?)))
+}
+
 /// `a` on the structure with every allowed block, absent blocks as zeros, or `None` when
 /// every allowed block of `a` is present (then `a` is that already). The copy is one
 /// scheduled task per coupled sector of `a` that reads exactly that sector's blocks and
@@ -38,14 +53,9 @@ pub(crate) fn with_absent_as_zeros<T: Field, S: AbelianSector>(
     a: &AsyncArray<T, S>,
 ) -> Result<Option<AsyncArray<T, S>>, Error> {
     let s = a.structure();
-    if s.num_blocks() == s.num_allowed() {
+    let Some(full) = full_structure(s)? else {
         return Ok(None);
-    }
-    let full = Arc::new(BlockStructure::from_legs(
-        s.legs().to_vec(),
-        s.n_codomain(),
-        s.flux().clone(),
-    )?);
+    };
     let out = AsyncArray::<T, S>::try_zeros(Arc::clone(&full))?;
     let n_codomain = s.n_codomain();
     let rt = tessera_core::Runtime::current();

@@ -44,17 +44,6 @@ pub(crate) struct GemmCall {
     pub(crate) first: bool,
 }
 
-/// The dense matrix of coupled sector `c` of `s`.
-fn sector_matrix<S: AbelianSector>(s: &BlockStructure<S>, c: usize) -> MatLayout {
-    let sector = &s.sectors()[c];
-    MatLayout {
-        offset: sector.offset(),
-        rows: sector.rows(),
-        cols: sector.cols(),
-        ld: sector.rows().max(1),
-    }
-}
-
 /// The plan's GEMMs as cuBLAS calls on `A'` (`am`), `B'` (`bm`) and the target (`cm`):
 /// per output block its pairs in order, then one call per sector GEMM.
 pub(crate) fn gemm_calls<S: AbelianSector>(
@@ -83,9 +72,9 @@ pub(crate) fn gemm_calls<S: AbelianSector>(
     }
     for g in &plan.sector_gemms {
         calls.push(GemmCall {
-            a: sector_matrix(am, g.a),
-            b: sector_matrix(bm, g.b),
-            c: sector_matrix(cm, g.c),
+            a: tessera_blocks::sector_matrix(am, g.a),
+            b: tessera_blocks::sector_matrix(bm, g.b),
+            c: tessera_blocks::sector_matrix(cm, g.c),
             first: true,
         });
     }

@@ -3,7 +3,9 @@
 
 use super::*;
 use std::path::PathBuf;
-use tessera_blocks::{AsyncArray, BlockStructure, Direction, FermionParity, FermionicU1, Leg, Product, U1};
+use tessera_blocks::{
+    AsyncArray, BlockStructure, Direction, FermionParity, FermionicU1, Leg, Product, U1,
+};
 use tessera_core::Runtime;
 
 /// The physical leg: spin down (`U1(-1)`), spin up (`U1(1)`).
