@@ -22,7 +22,7 @@ use tessera_backends::{Host, Placement};
 use tessera_blocks::AbelianSector;
 use tessera_contract::{Contraction, Executor};
 
-use crate::Result;
+use crate::{Error, Result};
 
 /// A real block-sparse tensor with sectors `S` at placement `P` (host memory by default).
 pub(crate) type Tensor<S, P = Host> = tessera_blocks::Tensor<f64, S, P>;
@@ -54,14 +54,20 @@ impl<S: AbelianSector, P: Placement<f64>> std::ops::Deref for Signed<'_, S, P> {
 /// The contractions a sweep runs.
 #[derive(Debug)]
 pub(crate) struct Contractions {
-    /// `(L theta) W1 W2 R`: `theta(k, s, t, r) -> (y, u, v, z)`, split as `theta`.
+    /// `(L theta) W1 W2 R`: `theta(k, s, t | r) -> (y, u, v | z)`, with `L` as `(a, y | k)`
+    /// (see [`EffectiveHamiltonian`]); each step's output is the next step's matrix form.
     pub(crate) heff: [Contraction; 4],
+    /// The last step of `heff` for a pair split as [`Dmrg::pair`](super::Dmrg::pair) returns
+    /// it, `(y, u | v, z)`.
+    pub(crate) heff_pair: Contraction,
     /// `L'(r, b, z) = L(k, a, y) A(k, s, r) W(a, s, u, b) conj(A)(y, u, z)`.
     pub(crate) left: [Contraction; 3],
     /// `R'(k, a, y) = A(k, s, r) R(r, b, z) W(a, s, u, b) conj(A)(y, u, z)`.
     pub(crate) right: [Contraction; 3],
-    /// `theta = A_i A_{i+1}`.
+    /// `theta = A_i A_{i+1}`, split `(k, s | t, r)` for the SVD.
     pub(crate) pair: Contraction,
+    /// `theta = A_i A_{i+1}`, split `(k, s, t | r)` for Lanczos (see [`EffectiveHamiltonian`]).
+    pub(crate) pair_lanczos: Contraction,
     /// `S V†`: the singular values into the right factor.
     pub(crate) absorb_right: Contraction,
     /// `U S`: the singular values into the left factor.
@@ -72,11 +78,12 @@ impl Contractions {
     pub(crate) fn new() -> Result<Self> {
         Ok(Self {
             heff: [
-                Contraction::new("kay,kstr->yastr")?,
-                Contraction::new("yastr,asub->yubtr")?,
-                Contraction::new("yubtr,btvc->yuvcr")?,
-                Contraction::new("yuvcr,rcz->yu|vz")?,
+                Contraction::new("ayk,kstr->ytr|as")?,
+                Contraction::new("ytras,asub->yur|bt")?,
+                Contraction::new("yurbt,btvc->yuv|rc")?,
+                Contraction::new("yuvrc,rcz->yuv|z")?,
             ],
+            heff_pair: Contraction::new("yuvrc,rcz->yu|vz")?,
             left: [
                 Contraction::new("kay,ksr->yasr")?,
                 Contraction::new("yasr,asub->yrub")?,
@@ -88,6 +95,7 @@ impl Contractions {
                 Contraction::new("kzau,yuz->kay")?.conj_b(),
             ],
             pair: Contraction::new("ksm,mtr->ks|tr")?,
+            pair_lanczos: Contraction::new("ksm,mtr->kst|r")?,
             absorb_right: Contraction::new("km,mtr->kt|r")?,
             absorb_left: Contraction::new("ksm,mr->ks|r")?,
         })
@@ -106,25 +114,66 @@ pub(crate) fn sweep_order<S: AbelianSector, P: Placement<f64>>(
 /// the right environment twisted on its bra leg (the open `Out` leg of the output; the
 /// identity for bosonic sectors). With the environments of left and right isometries,
 /// `<theta'|H theta>` (the plain inner product) is `<psi'|H|psi>` and the map is symmetric.
+///
+/// Built once per step, it holds its constant operands in the layouts its contractions take
+/// them in: the left environment permuted once to `(a, y | k)`, the MPO tensors in sweep
+/// order, the right environment `(r, c | z)` as stored. Each step writes its output in the
+/// next step's matrix form, so applying it to `theta(k, s, t | r)` (the form [`lanczos`]
+/// runs in) makes four passes over theta-sized data besides the GEMMs: `theta` re-split to
+/// `(k | s, t, r)` and three permuted outputs (nine before the layouts were chosen).
+///
+/// [`lanczos`]: super::lanczos
 #[derive(Debug)]
 pub struct EffectiveHamiltonian<'a, S: AbelianSector, P: Placement<f64> = Host> {
-    pub(crate) left: &'a Tensor<S, P>,
-    pub(crate) w: [&'a Tensor<S, P>; 2],
-    pub(crate) right: Signed<'a, S, P>,
-    pub(crate) steps: &'a [Contraction; 4],
+    pub(super) left: Tensor<S, P>,
+    pub(super) w: [&'a Tensor<S, P>; 2],
+    pub(super) right: Signed<'a, S, P>,
+    c: &'a Contractions,
 }
 
-impl<S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'_, S, P> {
+impl<'a, S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'a, S, P> {
+    /// The map for environments `left` `(k, a, y)` and `right` `(r, c, z)` (twisted), MPO
+    /// tensors `w` in sweep order: permutes the left environment (enrolled, not waited for).
+    pub(crate) fn new(
+        left: &Tensor<S, P>,
+        w: [&'a Tensor<S, P>; 2],
+        right: Signed<'a, S, P>,
+        c: &'a Contractions,
+    ) -> Result<Self> {
+        Ok(Self {
+            left: left.permute(&[1, 2, 0], 2)?,
+            w,
+            right,
+            c,
+        })
+    }
+
     /// `H theta`: a new tensor with the structure of `theta` (enrolled, not waited for).
+    /// `theta` is a pair `(k, s, t | r)` or `(k, s | t, r)` (as [`Dmrg::pair`] returns it; one
+    /// more pass to split the result so).
     ///
     /// # Errors
     ///
-    /// A contraction error when `theta` is not a pair `(k In, s In, t In | r Out)` of this
-    /// pair's legs.
+    /// A contraction error when `theta` is not a pair `(k In, s In, t In, r Out)` of this
+    /// pair's legs, split so.
+    ///
+    /// [`Dmrg::pair`]: super::Dmrg::pair
     pub fn apply(&self, theta: &Tensor<S, P>) -> Result<Tensor<S, P>> {
-        let t = self.steps[0].apply(self.left, theta)?;
-        let t = self.steps[1].apply(&t, self.w[0])?;
-        let t = self.steps[2].apply(&t, self.w[1])?;
-        Ok(self.steps[3].apply(&t, &*self.right)?)
+        let [first, second, third, last] = &self.c.heff;
+        let last = match theta.structure().n_codomain() {
+            3 => last,
+            2 => &self.c.heff_pair,
+            n => {
+                return Err(Error::Dmrg {
+                    what: "the pair H is applied to".into(),
+                    expected: "a pair split (k, s, t | r) or (k, s | t, r)".into(),
+                    found: format!("{n} codomain legs"),
+                });
+            }
+        };
+        let t = first.apply(&self.left, theta)?;
+        let t = second.apply(&t, self.w[0])?;
+        let t = third.apply(&t, self.w[1])?;
+        Ok(last.apply(&t, &*self.right)?)
     }
 }

@@ -498,7 +498,8 @@ impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
         self.envs.resident()
     }
 
-    /// The pair `(i, i + 1)` as one tensor `theta(k, s, t | r)` (enrolled, not waited for).
+    /// The pair `(i, i + 1)` as one tensor `theta(k, s | t, r)`, split between the sites as the
+    /// SVD takes it (enrolled, not waited for).
     ///
     /// # Errors
     ///
@@ -548,12 +549,12 @@ impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
     pub fn effective_hamiltonian(&mut self, i: usize) -> Result<EffectiveHamiltonian<'_, S, P>> {
         self.check_pair(i)?;
         let (left, right) = self.envs.pair(i)?;
-        Ok(EffectiveHamiltonian {
+        EffectiveHamiltonian::new(
             left,
-            w: [&self.w[i], &self.w[i + 1]],
-            right: twisted_right(right)?,
-            steps: &self.c.heff,
-        })
+            [&self.w[i], &self.w[i + 1]],
+            twisted_right(right)?,
+            &self.c,
+        )
     }
 
     /// Optimises the pair `(i, i + 1)` (Lanczos on its effective Hamiltonian from the
@@ -566,13 +567,16 @@ impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
     /// errors.
     pub fn step(&mut self, i: usize, toward: Toward) -> Result<StepStats> {
         self.check_pair(i)?;
-        let theta = self.pair(i)?;
+        // Lanczos runs on the split the effective Hamiltonian reads and writes; the SVD
+        // takes the pair split between the sites (one re-split per step).
+        let theta = self.c.pair_lanczos.apply(&self.mps[i], &self.mps[i + 1])?;
         let (tol, iter) = (self.settings.lanczos_tol, self.settings.lanczos_iter);
         let ground = {
             let h = self.effective_hamiltonian(i)?;
             lanczos(|x| h.apply(x), &theta, tol, iter)?
         };
-        let f = svd(&ground.vector, &Truncation::max_dim(self.settings.chi))?;
+        let ground_pair = ground.vector.permute(&[0, 1, 2, 3], 2)?;
+        let f = svd(&ground_pair, &Truncation::max_dim(self.settings.chi))?;
         let discarded = if f.total_weight > 0.0 {
             f.discarded_weight / f.total_weight
         } else {

@@ -439,3 +439,62 @@ fn spilled_environments_give_the_same_run_and_leave_few_in_memory() {
         std::fs::remove_dir_all(&dir).unwrap();
     });
 }
+
+#[test]
+fn the_effective_hamiltonian_keeps_its_operands_in_the_layouts_it_reads() {
+    let rt = Runtime::new(2).unwrap();
+    rt.enter(|| {
+        let model = Xxz::new(10, 0.7, 2);
+        let mut run = Dmrg::new(model.mpo(), model.start(5), settings(12, 2, 0.0)).unwrap();
+        run.run(|_| {}, |_| {}).unwrap();
+        let i = *run.envs.pairs().start();
+        let last = *run.energies().last().unwrap();
+        let lanczos_form = run
+            .c
+            .pair_lanczos
+            .apply(&run.mps[i], &run.mps[i + 1])
+            .unwrap();
+        let svd_form = run.pair(i).unwrap();
+        let c = Contractions::new().unwrap();
+        let h = run.effective_hamiltonian(i).unwrap();
+        // In Lanczos form: theta re-split for the first GEMM, three permuted outputs, and
+        // nothing else (the constant operands are read as they are held).
+        let operands = [&h.left, h.w[0], h.w[1], &*h.right];
+        let mut x: Option<Tensor<U1>> = None;
+        let mut passes = Vec::new();
+        for (step, operand) in c.heff.iter().zip(operands) {
+            let (a, b) = match &x {
+                None => (operand, &lanczos_form),
+                Some(x) => (x, operand),
+            };
+            let plan = step.plan(a, b).unwrap();
+            passes.push([
+                plan.permutes_operand(0),
+                plan.permutes_operand(1),
+                plan.permutes_output(),
+            ]);
+            x = Some(step.apply(a, b).unwrap());
+        }
+        let want = [
+            [false, true, true],
+            [false, false, true],
+            [false, false, true],
+            [false, false, false],
+        ];
+        assert_eq!(passes, want);
+        // Both splits give the same H theta, in the split they came in.
+        let (hl, hp) = (h.apply(&lanczos_form).unwrap(), h.apply(&svd_form).unwrap());
+        assert_eq!(hl.structure().n_codomain(), 3);
+        assert_eq!(hp.structure().n_codomain(), 2);
+        let (hl, hp) = (hl.to_dense().unwrap(), hp.to_dense().unwrap());
+        assert!(hl.iter().zip(&hp).all(|(a, b)| (a - b).abs() < 1e-12));
+        // ... and it is H: <theta|H theta> is the converged energy.
+        let theta = lanczos_form.to_dense().unwrap();
+        let e: f64 = theta.iter().zip(&hl).map(|(a, b)| a * b).sum();
+        let n: f64 = theta.iter().map(|a| a * a).sum();
+        assert!((e / n - last).abs() < 1e-8, "{} vs {last}", e / n);
+        // A tensor of another split is refused by type, not by a panic.
+        let wrong = lanczos_form.permute(&[0, 1, 2, 3], 1).unwrap();
+        assert!(matches!(h.apply(&wrong), Err(Error::Dmrg { .. })));
+    });
+}
