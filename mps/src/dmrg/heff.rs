@@ -54,12 +54,15 @@ impl<S: AbelianSector, P: Placement<f64>> std::ops::Deref for Signed<'_, S, P> {
 /// The contractions a sweep runs.
 #[derive(Debug)]
 pub(crate) struct Contractions {
-    /// `(L theta) W1 W2 R`: `theta(k, s, t | r) -> (y, u, v | z)`, with `L` as `(a, y | k)`
-    /// (see [`EffectiveHamiltonian`]); each step's output is the next step's matrix form.
-    pub(crate) heff: [Contraction; 4],
+    /// `(L theta) W R`: `theta(k, s, t | r) -> (y, u, v | z)`, with `L` as `(a, y | k)` and
+    /// `W = W_i W_{i+1}` as `(a, s, t | u, v, c)` (see [`EffectiveHamiltonian`]); each step's
+    /// output is the next step's matrix form.
+    pub(crate) heff: [Contraction; 3],
     /// The last step of `heff` for a pair split as [`Dmrg::pair`](super::Dmrg::pair) returns
     /// it, `(y, u | v, z)`.
     pub(crate) heff_pair: Contraction,
+    /// The pair's MPO tensors as one operator, `W(a, s, t | u, v, c)`.
+    pub(crate) mpo_pair: Contraction,
     /// `L'(r, b, z) = L(k, a, y) A(k, s, r) W(a, s, u, b) conj(A)(y, u, z)`.
     pub(crate) left: [Contraction; 3],
     /// `R'(k, a, y) = A(k, s, r) R(r, b, z) W(a, s, u, b) conj(A)(y, u, z)`.
@@ -78,12 +81,12 @@ impl Contractions {
     pub(crate) fn new() -> Result<Self> {
         Ok(Self {
             heff: [
-                Contraction::new("ayk,kstr->ytr|as")?,
-                Contraction::new("ytras,asub->yur|bt")?,
-                Contraction::new("yurbt,btvc->yuv|rc")?,
+                Contraction::new("ayk,kstr->yr|ast")?,
+                Contraction::new("yrast,astuvc->yuv|rc")?,
                 Contraction::new("yuvrc,rcz->yuv|z")?,
             ],
             heff_pair: Contraction::new("yuvrc,rcz->yu|vz")?,
+            mpo_pair: Contraction::new("asub,btvc->ast|uvc")?,
             left: [
                 Contraction::new("kay,ksr->yasr")?,
                 Contraction::new("yasr,asub->yrub")?,
@@ -116,33 +119,36 @@ pub(crate) fn sweep_order<S: AbelianSector, P: Placement<f64>>(
 /// `<theta'|H theta>` (the plain inner product) is `<psi'|H|psi>` and the map is symmetric.
 ///
 /// Built once per step, it holds its constant operands in the layouts its contractions take
-/// them in: the left environment permuted once to `(a, y | k)`, the MPO tensors in sweep
-/// order, the right environment `(r, c | z)` as stored. Each step writes its output in the
-/// next step's matrix form, so applying it to `theta(k, s, t | r)` (the form [`lanczos`]
-/// runs in) makes four passes over theta-sized data besides the GEMMs: `theta` re-split to
-/// `(k | s, t, r)` and three permuted outputs (nine before the layouts were chosen).
+/// them in: the left environment permuted once to `(a, y | k)`, the pair's two MPO tensors
+/// contracted into one operator `W(a, s, t | u, v, c)` (a few hundred elements), the right
+/// environment `(r, c | z)` as stored. Each step writes its output in the next step's matrix
+/// form, so applying it to `theta(k, s, t | r)` (the form [`lanczos`] runs in) is three GEMM
+/// steps and three passes over memory besides them: `theta` re-split to `(k | s, t, r)` and
+/// two permuted outputs. Before, the two MPO tensors were applied one at a time and nothing
+/// was held in place: four steps and nine passes.
 ///
 /// [`lanczos`]: super::lanczos
 #[derive(Debug)]
 pub struct EffectiveHamiltonian<'a, S: AbelianSector, P: Placement<f64> = Host> {
     pub(super) left: Tensor<S, P>,
-    pub(super) w: [&'a Tensor<S, P>; 2],
+    pub(super) w: Tensor<S, P>,
     pub(super) right: Signed<'a, S, P>,
     c: &'a Contractions,
 }
 
 impl<'a, S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'a, S, P> {
     /// The map for environments `left` `(k, a, y)` and `right` `(r, c, z)` (twisted), MPO
-    /// tensors `w` in sweep order: permutes the left environment (enrolled, not waited for).
+    /// tensors `w` in sweep order: permutes the left environment and contracts the MPO
+    /// tensors (enrolled, not waited for).
     pub(crate) fn new(
         left: &Tensor<S, P>,
-        w: [&'a Tensor<S, P>; 2],
+        w: [&Tensor<S, P>; 2],
         right: Signed<'a, S, P>,
         c: &'a Contractions,
     ) -> Result<Self> {
         Ok(Self {
             left: left.permute(&[1, 2, 0], 2)?,
-            w,
+            w: c.mpo_pair.apply(w[0], w[1])?,
             right,
             c,
         })
@@ -159,7 +165,7 @@ impl<'a, S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'a, S, P> {
     ///
     /// [`Dmrg::pair`]: super::Dmrg::pair
     pub fn apply(&self, theta: &Tensor<S, P>) -> Result<Tensor<S, P>> {
-        let [first, second, third, last] = &self.c.heff;
+        let [first, second, last] = &self.c.heff;
         let last = match theta.structure().n_codomain() {
             3 => last,
             2 => &self.c.heff_pair,
@@ -172,8 +178,7 @@ impl<'a, S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'a, S, P> {
             }
         };
         let t = first.apply(&self.left, theta)?;
-        let t = second.apply(&t, self.w[0])?;
-        let t = third.apply(&t, self.w[1])?;
+        let t = second.apply(&t, &self.w)?;
         Ok(last.apply(&t, &*self.right)?)
     }
 }
