@@ -127,9 +127,9 @@ pub enum AllocError {
     },
 }
 
-/// The layout of a buffer of `len` elements: at least one byte, aligned to [`ALIGN`]; an
-/// error when its size overflows `isize::MAX` bytes. The one definition both allocation and
-/// deallocation use.
+/// The layout of a buffer of `len` elements: at least one byte, rounded up to its pool size
+/// class ([`crate::pool`]), aligned to [`ALIGN`]; an error when its size overflows
+/// `isize::MAX` bytes. The one definition both allocation and deallocation use.
 pub(crate) fn try_layout_of<T>(len: usize) -> Result<Layout, AllocError> {
     let too_large = AllocError::TooLarge {
         len,
@@ -138,6 +138,7 @@ pub(crate) fn try_layout_of<T>(len: usize) -> Result<Layout, AllocError> {
     let bytes = len
         .max(1)
         .checked_mul(size_of::<T>().max(1))
+        .and_then(crate::pool::size_class)
         .ok_or(too_large)?;
     // Fails exactly when `bytes`, rounded up to the alignment, exceeds `isize::MAX`.
     Layout::from_size_align(bytes, ALIGN.max(align_of::<T>())).map_err(|_| too_large)
@@ -169,9 +170,10 @@ impl<T: Zeroable> SharedBuffer<T> {
     pub fn try_zeroed(len: usize) -> Result<Self, AllocError> {
         let layout = try_layout_of::<T>(len)?;
         if let Some(raw) = crate::pool::take(layout) {
-            // SAFETY: the pool hands out an allocation of exactly `layout`, owned by nobody
-            // else; zeroing its bytes makes every element zero (`T: Zeroable`).
-            unsafe { raw.as_ptr().write_bytes(0, layout.size()) };
+            // SAFETY: the pool hands out an allocation of exactly `layout` (at least `len`
+            // elements), owned by nobody else; zeroing the elements' bytes makes every
+            // element zero (`T: Zeroable`); the bytes past them stay initialized.
+            unsafe { raw.as_ptr().write_bytes(0, len * size_of::<T>()) };
             return Ok(Self::from_raw(raw.cast(), len));
         }
         Self::fresh(len, layout)

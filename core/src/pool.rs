@@ -9,7 +9,9 @@
 //!   being dropped (so no view or region can reach it), and it leaves the pool only to
 //!   become exactly one new buffer, or to be deallocated.
 //! - It is filed under the very layout it was allocated with, and handed out only for that
-//!   layout, so it is deallocated with it.
+//!   layout, so it is deallocated with it. Poolable layouts are rounded up to a size class
+//!   ([`size_class`]: eight per doubling), so a buffer a little larger or smaller than the
+//!   last one (a DMRG bond that grew by a few states) still finds its allocation.
 //! - Its bytes are initialized: every buffer is zeroed or written in full at creation, and
 //!   nothing writes uninitialized bytes into one.
 //! - The pool holds at most its byte limit ([`POOL_BYTES`] unless set) in at most its entry
@@ -29,6 +31,20 @@ use std::ptr::NonNull;
 /// Allocations below this many bytes go straight back to the allocator, which serves them
 /// cheaply from its own free lists (glibc maps larger ones afresh, page faults and all).
 pub const POOL_MIN_BYTES: usize = 64 << 10;
+/// Size classes per doubling of the byte size (a class wastes at most 1/8 of its size).
+const CLASSES_PER_DOUBLING: u32 = 8;
+
+/// The byte size a buffer of `bytes` is allocated with: `bytes` below [`POOL_MIN_BYTES`],
+/// else rounded up to the next of [`CLASSES_PER_DOUBLING`] classes per power of two; `None`
+/// when that overflows `usize`.
+pub(crate) fn size_class(bytes: usize) -> Option<usize> {
+    if bytes < POOL_MIN_BYTES {
+        return Some(bytes);
+    }
+    let step = 1usize << (bytes.ilog2() - CLASSES_PER_DOUBLING.ilog2());
+    bytes.checked_next_multiple_of(step)
+}
+
 /// The most bytes the pool keeps, unless [`set_buffer_pool_limits`] says otherwise.
 pub const POOL_BYTES: usize = 512 << 20;
 /// The most allocations the pool keeps, unless [`set_buffer_pool_limits`] says otherwise.
@@ -297,11 +313,44 @@ mod tests {
         assert_eq!(c.as_ptr(), at);
         #[cfg(debug_assertions)]
         assert!(sample(&c).iter().all(|x| x.is_nan()));
-        // A different size is a different allocation.
-        let d = SharedBuffer::<f64>::zeroed(LEN + 1);
+        // A size of another class is a different allocation.
+        let d = SharedBuffer::<f64>::zeroed(2 * LEN);
         assert_ne!(d.as_ptr(), at);
         drop((c, d));
         assert!(super::trim_buffer_pool() >= 2 * LEN * 8);
+    }
+
+    /// Sizes within one class share allocations; each size class is at most 1/8 larger
+    /// than what it holds.
+    #[test]
+    fn a_nearby_size_reuses_the_allocation_of_its_class() {
+        let _serial = crate::primitive::lock(&SERIAL);
+        const N: usize = 70_001; // no other test's class
+        let a = SharedBuffer::<f64>::zeroed(N);
+        let at = a.as_ptr();
+        drop(a);
+        // A little smaller, in the same class: the same allocation, zeroed.
+        let b = SharedBuffer::<f64>::zeroed(N - 1000);
+        assert_eq!(b.as_ptr(), at);
+        // SAFETY: in bounds; the buffer is this test's alone and no view of it lives.
+        assert_eq!(unsafe { b.view(N - 1001, &[1], &[1]) }.to_vec(), [0.0]);
+        drop(b);
+        assert!(super::trim_buffer_pool() >= N * 8);
+        for bytes in [
+            super::POOL_MIN_BYTES,
+            65_537 * 8,
+            1 << 30,
+            (1 << 30) + 1,
+            3 << 40,
+        ] {
+            let class = super::size_class(bytes).unwrap();
+            assert!(
+                class >= bytes && class - bytes <= bytes / 8,
+                "{bytes} -> {class}"
+            );
+        }
+        assert_eq!(super::size_class(100), Some(100));
+        assert_eq!(super::size_class(usize::MAX), None);
     }
 
     #[test]
@@ -336,7 +385,7 @@ mod tests {
         assert!(s.hits > before.hits && s.misses > before.misses, "{s:?}");
         // One entry at most: pooling `c` after `b` evicts `b`, the least recently pooled.
         set_buffer_pool_limits(super::POOL_BYTES, 1);
-        let c = SharedBuffer::<f64>::zeroed(L + 1);
+        let c = SharedBuffer::<f64>::zeroed(2 * L);
         drop(b);
         drop(c);
         let s = buffer_pool_stats();
