@@ -13,7 +13,9 @@
 //! - `contract/heff/chi{chi}`: the DMRG two-site effective Hamiltonian `L W W R theta` on the
 //!   U(1) Heisenberg structures of `benches/data/heff_heisenberg_chi*.json`, over one dense
 //!   faer GEMM of the same total flops: in the files' chain (L theta, W, W, R, as TeNPy runs
-//!   it), and in the order [`Network::optimal`] picks from the same structures;
+//!   it), in the order [`Network::optimal`] picks from the same structures, and as the DMRG
+//!   engine (`tessera_mps::dmrg`) applies it: constant operands held in the layouts its three
+//!   steps read, the two MPO tensors as one operator (`tessera_dmrg_layouts`);
 //! - `contract/cuda/block_gemm/16x{d}_{type}` and `contract/cuda/heff/chi{chi}`: with
 //!   `--features cuda`, on CUDA device 0, block GEMM and H_eff beside one dense cuBLAS GEMM.
 //!
@@ -387,6 +389,56 @@ fn heff_network<'t>(
     (net, tensors.iter().map(|(_, t)| &t.array).collect())
 }
 
+/// The operand `name` with its legs in the order `labels`, split after `split` of them.
+fn arranged(
+    tensors: &[(String, Tensor)],
+    name: &str,
+    labels: &[&str],
+    split: usize,
+) -> AsyncArray<f64, U1> {
+    let t = &tensors
+        .iter()
+        .find(|(n, _)| n == name)
+        .expect("an operand")
+        .1;
+    let perm: Vec<usize> = labels
+        .iter()
+        .map(|l| t.labels.iter().position(|x| x == l).expect("a leg"))
+        .collect();
+    t.array.permute(&perm, split).unwrap()
+}
+
+/// H_eff as the DMRG engine applies it (`mps/src/dmrg/heff.rs`): `L(a, y | k)`, the pair's
+/// MPO tensors contracted into `W(a, s, t | u, v, c)` and `R(r, c | z)` prepared once (as
+/// the engine does once per step), then three steps on `theta(k, s, t | r)`, each writing
+/// the next one's matrix form. Returns the prepared operands and the steps.
+fn heff_in_layouts(tensors: &[(String, Tensor)]) -> ([AsyncArray<f64, U1>; 4], [Contraction; 3]) {
+    let left = arranged(tensors, "LP", &["wR", "vR*", "vR"], 2);
+    let w0 = arranged(tensors, "W0", &["wL", "p0*", "p0", "wR"], 2);
+    let w1 = arranged(tensors, "W1", &["wL", "p1*", "p1", "wR"], 2);
+    let w = Contraction::new("asub,btvc->ast|uvc")
+        .unwrap()
+        .apply(&w0, &w1)
+        .unwrap();
+    let right = arranged(tensors, "RP", &["vL", "wL", "vL*"], 2);
+    let theta = arranged(tensors, "theta", &["vL", "p0", "p1", "vR"], 3);
+    let steps = [
+        Contraction::new("ayk,kstr->yr|ast").unwrap(),
+        Contraction::new("yrast,astuvc->yuv|rc").unwrap(),
+        Contraction::new("yuvrc,rcz->yuv|z").unwrap(),
+    ];
+    ([left, w, right, theta], steps)
+}
+
+fn apply_in_layouts(
+    [left, w, right, theta]: &[AsyncArray<f64, U1>; 4],
+    [first, second, last]: &[Contraction; 3],
+) -> AsyncArray<f64, U1> {
+    let t = first.apply(left, theta).unwrap();
+    let t = second.apply(&t, w).unwrap();
+    last.apply(&t, right).unwrap()
+}
+
 fn heff(c: &mut Criterion) {
     let runtime = Runtime::new(2).unwrap();
     for chi in [128_usize, 256, 512, 1024] {
@@ -399,6 +451,40 @@ fn heff(c: &mut Criterion) {
             bch.iter(|| {
                 let (t, _) = runtime.enter(|| apply_heff(&tensors, &chain));
                 t.wait().unwrap();
+            })
+        });
+        let (operands, steps) = runtime.enter(|| heff_in_layouts(&tensors));
+        // The same H theta as the chain (whose legs come out as (p0, vR*, p1, vL*)).
+        runtime.enter(|| {
+            let (chain_result, _) = apply_heff(&tensors, &chain);
+            let want = chain_result
+                .permute(&[1, 0, 2, 3], 3)
+                .unwrap()
+                .to_dense()
+                .unwrap();
+            let got = apply_in_layouts(&operands, &steps).to_dense().unwrap();
+            let scale = want.iter().fold(0.0_f64, |m, x| m.max(x.abs()));
+            assert!(
+                want.iter()
+                    .zip(&got)
+                    .all(|(a, b)| (a - b).abs() <= 1e-10 * scale)
+            );
+        });
+        let flops: u64 = runtime.enter(|| {
+            let [left, w, right, theta] = &operands;
+            let t = steps[0].apply(left, theta).unwrap();
+            let u = steps[1].apply(&t, w).unwrap();
+            steps[0].plan(left, theta).unwrap().flops()
+                + steps[1].plan(&t, w).unwrap().flops()
+                + steps[2].plan(&u, right).unwrap().flops()
+        });
+        group.throughput(Throughput::Elements(flops));
+        group.bench_function("tessera_dmrg_layouts", |bch| {
+            bch.iter(|| {
+                runtime
+                    .enter(|| apply_in_layouts(&operands, &steps))
+                    .wait()
+                    .unwrap()
             })
         });
         let (net, arrays) = heff_network(&tensors, &chain);
