@@ -4,6 +4,9 @@
 //!
 //! - `contract/block_gemm/u1_{sectors}x{d}`: a U(1) block-sparse matrix product with many
 //!   sectors (and with one), over one dense faer GEMM of the same total flops;
+//! - `contract/block_gemm/u1_41_upto32`: a U(1) matrix product of 41 sectors of 4 to 32
+//!   (a DMRG bond's profile, `benches/data/block_gemm_u1_41.json`), over a sequential loop of faer calls on the same blocks (all
+//!   that such a product needs, with no task at all);
 //! - `contract/small_blocks/2048_of_32x32x32`: many small block products, over a plain rayon
 //!   loop of faer calls on the same blocks (no runtime);
 //! - `contract/plan/pairs_1e4`: planning a contraction of 10,000 block pairs, fresh and from
@@ -87,6 +90,56 @@ fn block_gemm(c: &mut Criterion) {
         });
         group.finish();
     }
+}
+
+fn small_sectors(c: &mut Criterion) {
+    let runtime = Runtime::new(2).unwrap();
+    let mut group = c.benchmark_group("contract/block_gemm/u1_41_upto32");
+    group.sample_size(20);
+    let (tensors, _) = load_structures("block_gemm_u1_41.json", 1);
+    let [(_, a), (_, b)] = &tensors[..] else {
+        panic!("two operands, A and B")
+    };
+    let (a, b) = (&a.array, &b.array);
+    let mm = Contraction::new("ab,bc->ac").unwrap();
+    let plan = mm.plan(a, b).unwrap();
+    let out = AsyncArray::zeros(Arc::clone(plan.output()));
+    group.throughput(Throughput::Elements(plan.flops()));
+    group.bench_function("tessera", |bch| {
+        bch.iter(|| {
+            runtime.enter(|| mm.apply_into(a, b, &out).unwrap());
+            out.wait().unwrap();
+        })
+    });
+    let to_mats = |x: &AsyncArray<f64, U1>| -> Vec<Mat<f64>> {
+        let shapes: Vec<Vec<usize>> = x.structure().blocks().map(|b| b.shape().to_vec()).collect();
+        x.to_blocks()
+            .unwrap()
+            .iter()
+            .zip(shapes)
+            .map(|(v, d)| Mat::from_fn(d[0], d[1], |i, j| v[i + d[0] * j]))
+            .collect()
+    };
+    let (ma, mb) = (to_mats(a), to_mats(b));
+    let mut mc: Vec<Mat<f64>> = ma
+        .iter()
+        .map(|m| Mat::zeros(m.nrows(), m.ncols()))
+        .collect();
+    group.bench_function("loop_of_faer", |bch| {
+        bch.iter(|| {
+            for (c, (a, b)) in mc.iter_mut().zip(ma.iter().zip(&mb)) {
+                matmul(
+                    c.as_mut(),
+                    Accum::Replace,
+                    a.as_ref(),
+                    b.as_ref(),
+                    1.0,
+                    Par::Seq,
+                )
+            }
+        })
+    });
+    group.finish();
 }
 
 fn small_blocks(c: &mut Criterion) {
@@ -206,13 +259,19 @@ struct Tensor<A = AsyncArray<f64, U1>> {
 /// sector dimensions multiplied by `scale` (1: the file's structures; more: a proxy for a
 /// larger bond dimension with the same sectors).
 fn load_heff(chi: usize, scale: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
+    load_structures(&format!("heff_heisenberg_chi{chi}.json"), scale)
+}
+
+/// The operands and chain of the structure file `name` in `benches/data` (the format of
+/// the H_eff files, which `benches/compare/compare.py` reads too).
+fn load_structures(name: &str, scale: usize) -> (Vec<(String, Tensor)>, Vec<Step>) {
     // The files live in the repository, beside the benches; `TESSERA_DATA` names another
     // folder (a machine the bench binary was carried to without the repository).
     let dir = std::env::var_os("TESSERA_DATA").map_or_else(
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/data"),
         PathBuf::from,
     );
-    let path = dir.join(format!("heff_heisenberg_chi{chi}.json"));
+    let path = dir.join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut tensors = Vec::new();
@@ -622,6 +681,7 @@ fn on_the_device(_: &mut Criterion) {}
 criterion_group!(
     benches,
     block_gemm,
+    small_sectors,
     small_blocks,
     planning,
     plan_scaling,

@@ -86,7 +86,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DATA = os.path.normpath(os.path.join(HERE, "..", "data"))
 DEFAULT_REPS = {128: 30, 256: 30, 512: 20, 1024: 10}
-ALL_PEERS = ("tenpy", "symmray", "symmray-packed", "dense")
+ALL_PEERS = ("tenpy", "symmray", "symmray-packed", "numba-packed", "dense")
 
 # Filled in by ``import_libraries`` once the thread variables are set.
 np = None
@@ -102,6 +102,11 @@ def parse_args(argv=None):
     )
     p.add_argument("--chi", type=int, nargs="+", default=[128, 256, 512, 1024],
                    help="bond dimensions (benches/data/heff_heisenberg_chi{chi}.json)")
+    p.add_argument("--files", nargs="+", default=None, metavar="NAME",
+                   help="other structure files in --data to time instead of --chi (for "
+                   "example block_gemm_u1_41.json, the workload of "
+                   "contract/block_gemm/u1_41_upto32); each is cross-checked, and "
+                   "timed 200 times unless --reps says otherwise")
     p.add_argument("--threads", type=int, default=2,
                    help="BLAS / OpenMP / numba / symmray threads")
     p.add_argument("--reps", type=int, default=None,
@@ -381,7 +386,89 @@ class SymmrayPackedPeer(SymmrayPeer):
         return SymmrayPeer.stored(arr.to_blocksparse())
 
 
-PEER_CLASSES = {"tenpy": TenpyPeer, "symmray": SymmrayPeer, "symmray-packed": SymmrayPackedPeer}
+class NumbaPackedPeer:
+    """A hand-written block-sparse matrix product, as a code without a tensor library writes
+    it: the blocks of A, B and C packed in one flat array each, one numba-parallel loop over
+    the blocks of C, each block product an explicit loop nest that numba vectorises. Only
+    for one-step chains of two matrices (``A(a, b) B(b, c)``), so not run on H_eff."""
+
+    name = "numba-packed"
+    _kernel = None
+
+    @staticmethod
+    def supports(operands, chain):
+        if len(chain) != 1 or not all(len(s.legs) == 2 for s in operands.values()):
+            return False
+        x, y, ax, ay = chain[0]
+        return ax == [operands[x].labels[1]] and ay == [operands[y].labels[0]]
+
+    @classmethod
+    def kernel(cls):
+        if cls._kernel is None:
+            import numba
+
+            @numba.njit(parallel=True, fastmath=True)
+            def product(a, b, c, starts, pairs):
+                for ci in numba.prange(len(starts) - 1):
+                    for p in range(starts[ci], starts[ci + 1]):
+                        oa, ob, oc, m, k, n = pairs[p]
+                        x = a[oa:oa + m * k].reshape((m, k))
+                        y = b[ob:ob + k * n].reshape((k, n))
+                        z = c[oc:oc + m * n].reshape((m, n))
+                        if p == starts[ci]:
+                            z[:, :] = 0.0
+                        for i in range(m):
+                            for l in range(k):
+                                v = x[i, l]
+                                for j in range(n):
+                                    z[i, j] += v * y[l, j]
+
+            cls._kernel = product
+        return cls._kernel
+
+    def __init__(self, operands, blocks):
+        (xa, a), (xb, b) = list(operands.items())[:2]
+
+        def pack(bl):
+            keys = list(bl)
+            offs = np.cumsum([0] + [bl[k].size for k in keys])
+            flat = np.concatenate([bl[k].ravel() for k in keys]) if keys else np.zeros(0)
+            return flat, dict(zip(keys, offs[:-1].tolist()))
+
+        self.a, offa = pack(blocks[xa])
+        self.b, offb = pack(blocks[xb])
+        by_c = {}
+        for (qa, qk), blk in blocks[xa].items():
+            for (qk2, qc), blk2 in blocks[xb].items():
+                if qk2 == qk:
+                    by_c.setdefault((qa, qc), []).append(
+                        (offa[(qa, qk)], offb[(qk2, qc)], blk.shape[0], blk.shape[1],
+                         blk2.shape[1]))
+        pairs, starts, self.c_keys, oc = [], [0], [], 0
+        for key, ps in by_c.items():
+            m, n = ps[0][2], ps[0][4]
+            self.c_keys.append((key, oc, (m, n)))
+            pairs += [(p[0], p[1], oc, p[2], p[3], p[4]) for p in ps]
+            starts.append(len(pairs))
+            oc += m * n
+        self.pairs = np.array(pairs, dtype=np.int64).reshape(-1, 6)
+        self.starts = np.array(starts, dtype=np.int64)
+        self.c = np.zeros(oc)
+        self.arrays = {xa: self.a, xb: self.b}
+
+    def run(self, steps):
+        self.kernel()(self.a, self.b, self.c, self.starts, self.pairs)
+        return self
+
+    def blocks(self, result=None):
+        return {key: self.c[o:o + m * n].reshape(m, n).copy() for key, o, (m, n) in self.c_keys}
+
+    def stored(self, arr):
+        return int(arr.c.size if arr is self else arr.size)
+
+
+PEER_CLASSES = {"tenpy": TenpyPeer, "symmray": SymmrayPeer, "symmray-packed": SymmrayPackedPeer,
+                "numba-packed": NumbaPackedPeer}
 
 
 # --------------------------------------------------------------------------- #
@@ -568,11 +655,15 @@ def main(argv=None):
 
     out = {"machine": info, "args": vars(args), "results": [], "checks": []}
     all_ok = True
-    for chi in args.chi:
-        path = os.path.join(args.data, f"heff_heisenberg_chi{chi}.json")
+    if args.files:
+        targets = [(os.path.splitext(f)[0], os.path.join(args.data, f)) for f in args.files]
+    else:
+        targets = [(chi, os.path.join(args.data, f"heff_heisenberg_chi{chi}.json"))
+                   for chi in args.chi]
+    for chi, path in targets:
         raw, operands, chain = load_structure(path)
         steps, flops, per_step, final = plan_chain(operands, chain)
-        reps = args.reps or DEFAULT_REPS.get(chi, 5)
+        reps = args.reps or (200 if args.files else DEFAULT_REPS.get(chi, 5))
         print(f"### chi {chi}: {raw.get('source', '')}")
         print(f"flops {flops['tessera']:,} (Tessera's count; per step "
               f"{', '.join(f'{f:,}' for f in per_step)}), produced-only "
@@ -581,8 +672,9 @@ def main(argv=None):
         t0 = time.perf_counter()
         blocks = random_blocks(operands, args.seed)
         peers, results = [], {}
-        check = chi in (args.check_chi or [])
-        names = [p for p in args.peers if p != "dense"]
+        check = bool(args.files) or chi in (args.check_chi or [])
+        names = [p for p in args.peers if p != "dense"
+                 and (p != "numba-packed" or NumbaPackedPeer.supports(operands, chain))]
         if check:
             names = list(dict.fromkeys(names + ["tenpy", "symmray"]))
         for name in names:
