@@ -472,7 +472,7 @@ fn arranged(
 /// the engine does once per step), then three steps on `theta(k, s, t | r)`, each writing
 /// the next one's matrix form. Returns the prepared operands and the steps.
 fn heff_in_layouts(tensors: &[(String, Tensor)]) -> ([AsyncArray<f64, U1>; 4], [Contraction; 3]) {
-    let left = arranged(tensors, "LP", &["wR", "vR*", "vR"], 2);
+    let left = arranged(tensors, "LP", &["vR*", "wR", "vR"], 2);
     let w0 = arranged(tensors, "W0", &["wL", "p0*", "p0", "wR"], 2);
     let w1 = arranged(tensors, "W1", &["wL", "p1*", "p1", "wR"], 2);
     let w = Contraction::new("asub,btvc->ast|uvc")
@@ -482,7 +482,7 @@ fn heff_in_layouts(tensors: &[(String, Tensor)]) -> ([AsyncArray<f64, U1>; 4], [
     let right = arranged(tensors, "RP", &["vL", "wL", "vL*"], 2);
     let theta = arranged(tensors, "theta", &["vL", "p0", "p1", "vR"], 3);
     let steps = [
-        Contraction::new("ayk,kstr->yr|ast").unwrap(),
+        Contraction::new("yak,kstr->yr|ast").unwrap(),
         Contraction::new("yrast,astuvc->yuv|rc").unwrap(),
         Contraction::new("yuvrc,rcz->yuv|z").unwrap(),
     ];

@@ -54,7 +54,7 @@ impl<S: AbelianSector, P: Placement<f64>> std::ops::Deref for Signed<'_, S, P> {
 /// The contractions a sweep runs.
 #[derive(Debug)]
 pub(crate) struct Contractions {
-    /// `(L theta) W R`: `theta(k, s, t | r) -> (y, u, v | z)`, with `L` as `(a, y | k)` and
+    /// `(L theta) W R`: `theta(k, s, t | r) -> (y, u, v | z)`, with `L` as `(y, a | k)` and
     /// `W = W_i W_{i+1}` as `(a, s, t | u, v, c)` (see [`EffectiveHamiltonian`]); each step's
     /// output is the next step's matrix form.
     pub(crate) heff: [Contraction; 3],
@@ -81,7 +81,7 @@ impl Contractions {
     pub(crate) fn new() -> Result<Self> {
         Ok(Self {
             heff: [
-                Contraction::new("ayk,kstr->yr|ast")?,
+                Contraction::new("yak,kstr->yr|ast")?,
                 Contraction::new("yrast,astuvc->yuv|rc")?,
                 Contraction::new("yuvrc,rcz->yuv|z")?,
             ],
@@ -119,13 +119,14 @@ pub(crate) fn sweep_order<S: AbelianSector, P: Placement<f64>>(
 /// `<theta'|H theta>` (the plain inner product) is `<psi'|H|psi>` and the map is symmetric.
 ///
 /// Built once per step, it holds its constant operands in the layouts its contractions take
-/// them in: the left environment permuted once to `(a, y | k)`, the pair's two MPO tensors
+/// them in: the left environment permuted once to `(y, a | k)`, the pair's two MPO tensors
 /// contracted into one operator `W(a, s, t | u, v, c)` (a few hundred elements), the right
 /// environment `(r, c | z)` as stored. Each step writes its output in the next step's matrix
 /// form, so applying it to `theta(k, s, t | r)` (the form [`lanczos`] runs in) is three GEMM
 /// steps and three passes over memory besides them: `theta` re-split to `(k | s, t, r)` and
-/// two permuted outputs. Before, the two MPO tensors were applied one at a time and nothing
-/// was held in place: four steps and nine passes.
+/// two permuted outputs, both of which keep the bond leg `y` first and so copy whole runs of
+/// it. Before, the two MPO tensors were applied one at a time and nothing was held in place:
+/// four steps and nine passes.
 ///
 /// [`lanczos`]: super::lanczos
 #[derive(Debug)]
@@ -147,7 +148,7 @@ impl<'a, S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'a, S, P> {
         c: &'a Contractions,
     ) -> Result<Self> {
         Ok(Self {
-            left: left.permute(&[1, 2, 0], 2)?,
+            left: left.permute(&[2, 1, 0], 2)?,
             w: c.mpo_pair.apply(w[0], w[1])?,
             right,
             c,
