@@ -22,6 +22,43 @@ use tessera_core::{StridedMut, StridedRef, for_each_common_run};
 /// allocation per plan.
 const AXES: usize = 6;
 
+/// `d[i] = f(s[i])` with non-temporal stores (see [`Stores::Streaming`]) for element types
+/// whose size is a multiple of 8 bytes and alignment at least 8 (f64 and complex f64), one
+/// 8-byte word at a time (`movnti`); ordinary stores for the rest and off x86-64. The caller fences the stores ([`fence_streams`]) before the copy returns.
+#[inline(always)]
+fn stream_run<T: Copy, U: Copy>(d: &mut [T], s: &[U], f: &impl Fn(U) -> T) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if size_of::<T>().is_multiple_of(8) && align_of::<T>() >= 8 {
+        let words = size_of::<T>() / 8;
+        for (d, &s) in d.iter_mut().zip(s) {
+            let v = f(s);
+            let from = (&raw const v).cast::<i64>();
+            let to = (d as *mut T).cast::<i64>();
+            for w in 0..words {
+                // SAFETY: `to.add(w)` is inside `*d`, which this thread writes exclusively,
+                // and 8-byte aligned (`T` is); `from.add(w)` is inside the local `v`.
+                // `movnti` is SSE2, part of the x86-64 baseline.
+                unsafe { std::arch::x86_64::_mm_stream_si64(to.add(w), from.add(w).read()) };
+            }
+        }
+        return;
+    }
+    for (d, &s) in d.iter_mut().zip(s) {
+        *d = f(s);
+    }
+}
+
+/// Orders the non-temporal stores of [`stream_run`] before whatever publishes the result to
+/// another thread (a release store does not order them).
+#[inline(always)]
+fn fence_streams() {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: `sfence` only orders stores; SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
 /// Merges each pair of adjacent axes that is laid out in order on both sides (stride of the
 /// next axis = stride times extent of this one, in both views): the same elements, fewer and
 /// longer axes. Length-1 axes are dropped.
@@ -303,6 +340,7 @@ impl CopyPlan {
         let (fast, outer_dims, outer_d, outer_s) = match &self.walk {
             Walk::Empty => return,
             Walk::Runs => {
+                let streaming = kernel.is_some_and(|(_, _, streams)| streams);
                 for_each_common_run(dims, [ds, ss], |_, run, [od, os]| {
                     // SAFETY: the run lies inside both layouts (it is contiguous in both),
                     // which the caller vouches for; the destination is written exclusively.
@@ -312,10 +350,17 @@ impl CopyPlan {
                             std::slice::from_raw_parts(ps.offset(os), run),
                         )
                     };
-                    for (d, &s) in d.iter_mut().zip(s) {
-                        *d = f(s);
+                    if streaming {
+                        stream_run(d, s, &f);
+                    } else {
+                        for (d, &s) in d.iter_mut().zip(s) {
+                            *d = f(s);
+                        }
                     }
                 });
+                if streaming {
+                    fence_streams();
+                }
                 return;
             }
             Walk::Tiles {
