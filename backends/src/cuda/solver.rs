@@ -74,252 +74,154 @@ pub fn probe_cusolver() -> Result<(), CudaError> {
         .clone()
 }
 
-/// The per-type cuSOLVER routines (`S` for `f32`, `D` for `f64`), with cuSOLVER's contracts.
+/// A cuSOLVER status.
+type Status = solver_sys::cusolverStatus_t;
+/// Every routine here computes vectors (singular or eigen).
+const VECTORS: cusolverEigMode_t = cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR;
+/// The eigensolver reads the lower triangle.
+const LOWER: cublasFillMode_t = cublasFillMode_t::CUBLAS_FILL_MODE_LOWER;
+/// cuSOLVER's `?gesvdj_bufferSize`.
+pub(super) type GesvdjSize<T> = unsafe fn(
+    cusolverDnHandle_t,
+    cusolverEigMode_t,
+    c_int,
+    c_int,
+    c_int,
+    *const T,
+    c_int,
+    *const T,
+    *const T,
+    c_int,
+    *const T,
+    c_int,
+    *mut c_int,
+    solver_sys::gesvdjInfo_t,
+) -> Status;
+/// cuSOLVER's `?gesvdj`.
+pub(super) type Gesvdj<T> = unsafe fn(
+    cusolverDnHandle_t,
+    cusolverEigMode_t,
+    c_int,
+    c_int,
+    c_int,
+    *mut T,
+    c_int,
+    *mut T,
+    *mut T,
+    c_int,
+    *mut T,
+    c_int,
+    *mut T,
+    c_int,
+    *mut c_int,
+    solver_sys::gesvdjInfo_t,
+) -> Status;
+/// cuSOLVER's `?geqrf_bufferSize`.
+pub(super) type GeqrfSize<T> =
+    unsafe fn(cusolverDnHandle_t, c_int, c_int, *mut T, c_int, *mut c_int) -> Status;
+/// cuSOLVER's `?geqrf`.
+pub(super) type Geqrf<T> = unsafe fn(
+    cusolverDnHandle_t,
+    c_int,
+    c_int,
+    *mut T,
+    c_int,
+    *mut T,
+    *mut T,
+    c_int,
+    *mut c_int,
+) -> Status;
+/// cuSOLVER's `?orgqr_bufferSize`.
+pub(super) type OrgqrSize<T> = unsafe fn(
+    cusolverDnHandle_t,
+    c_int,
+    c_int,
+    c_int,
+    *const T,
+    c_int,
+    *const T,
+    *mut c_int,
+) -> Status;
+/// cuSOLVER's `?orgqr`.
+pub(super) type Orgqr<T> = unsafe fn(
+    cusolverDnHandle_t,
+    c_int,
+    c_int,
+    c_int,
+    *mut T,
+    c_int,
+    *const T,
+    *mut T,
+    c_int,
+    *mut c_int,
+) -> Status;
+/// cuSOLVER's `?syevd_bufferSize`.
+pub(super) type SyevdSize<T> = unsafe fn(
+    cusolverDnHandle_t,
+    cusolverEigMode_t,
+    cublasFillMode_t,
+    c_int,
+    *const T,
+    c_int,
+    *const T,
+    *mut c_int,
+) -> Status;
+/// cuSOLVER's `?syevd`.
+pub(super) type Syevd<T> = unsafe fn(
+    cusolverDnHandle_t,
+    cusolverEigMode_t,
+    cublasFillMode_t,
+    c_int,
+    *mut T,
+    c_int,
+    *mut T,
+    *mut T,
+    c_int,
+    *mut c_int,
+) -> Status;
+
+/// The per-type cuSOLVER routines (`S` for `f32`, `D` for `f64`), each with cuSOLVER's
+/// contract: the loader functions of `cudarc`, named once per type.
 #[doc(hidden)]
 pub trait Lapack: Sized {
-    /// # Safety
-    /// cuSOLVER's `?gesvdj_bufferSize`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gesvdj_size(
-        h: cusolverDnHandle_t,
-        m: c_int,
-        n: c_int,
-        a: *const Self,
-        s: *const Self,
-        u: *const Self,
-        v: *const Self,
-        lwork: *mut c_int,
-        params: solver_sys::gesvdjInfo_t,
-    ) -> solver_sys::cusolverStatus_t;
-    /// # Safety
-    /// cuSOLVER's `?gesvdj` (vectors, economy size).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gesvdj(
-        h: cusolverDnHandle_t,
-        m: c_int,
-        n: c_int,
-        a: *mut Self,
-        s: *mut Self,
-        u: *mut Self,
-        v: *mut Self,
-        work: *mut Self,
-        lwork: c_int,
-        info: *mut c_int,
-        params: solver_sys::gesvdjInfo_t,
-    ) -> solver_sys::cusolverStatus_t;
-    /// # Safety
-    /// cuSOLVER's `?geqrf_bufferSize`.
-    unsafe fn geqrf_size(
-        h: cusolverDnHandle_t,
-        m: c_int,
-        n: c_int,
-        a: *mut Self,
-        lwork: *mut c_int,
-    ) -> solver_sys::cusolverStatus_t;
-    /// # Safety
-    /// cuSOLVER's `?geqrf`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn geqrf(
-        h: cusolverDnHandle_t,
-        m: c_int,
-        n: c_int,
-        a: *mut Self,
-        tau: *mut Self,
-        work: *mut Self,
-        lwork: c_int,
-        info: *mut c_int,
-    ) -> solver_sys::cusolverStatus_t;
-    /// # Safety
-    /// cuSOLVER's `?orgqr_bufferSize`.
-    unsafe fn orgqr_size(
-        h: cusolverDnHandle_t,
-        m: c_int,
-        n: c_int,
-        a: *const Self,
-        tau: *const Self,
-        lwork: *mut c_int,
-    ) -> solver_sys::cusolverStatus_t;
-    /// # Safety
-    /// cuSOLVER's `?orgqr` (`k = n`).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn orgqr(
-        h: cusolverDnHandle_t,
-        m: c_int,
-        n: c_int,
-        a: *mut Self,
-        tau: *const Self,
-        work: *mut Self,
-        lwork: c_int,
-        info: *mut c_int,
-    ) -> solver_sys::cusolverStatus_t;
-    /// # Safety
-    /// cuSOLVER's `?syevd_bufferSize` (vectors, lower triangle).
-    unsafe fn syevd_size(
-        h: cusolverDnHandle_t,
-        n: c_int,
-        a: *const Self,
-        w: *const Self,
-        lwork: *mut c_int,
-    ) -> solver_sys::cusolverStatus_t;
-    /// # Safety
-    /// cuSOLVER's `?syevd` (vectors, lower triangle).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn syevd(
-        h: cusolverDnHandle_t,
-        n: c_int,
-        a: *mut Self,
-        w: *mut Self,
-        work: *mut Self,
-        lwork: c_int,
-        info: *mut c_int,
-    ) -> solver_sys::cusolverStatus_t;
+    /// `?gesvdj_bufferSize`.
+    const GESVDJ_SIZE: GesvdjSize<Self>;
+    /// `?gesvdj`.
+    const GESVDJ: Gesvdj<Self>;
+    /// `?geqrf_bufferSize`.
+    const GEQRF_SIZE: GeqrfSize<Self>;
+    /// `?geqrf`.
+    const GEQRF: Geqrf<Self>;
+    /// `?orgqr_bufferSize`.
+    const ORGQR_SIZE: OrgqrSize<Self>;
+    /// `?orgqr`.
+    const ORGQR: Orgqr<Self>;
+    /// `?syevd_bufferSize`.
+    const SYEVD_SIZE: SyevdSize<Self>;
+    /// `?syevd`.
+    const SYEVD: Syevd<Self>;
 }
 
 macro_rules! lapack {
-    ($t:ty, $svd_size:ident, $svd:ident, $qrf_size:ident, $qrf:ident, $orgqr_size:ident,
-     $orgqr:ident, $evd_size:ident, $evd:ident) => {
-        impl Lapack for $t {
-            unsafe fn gesvdj_size(
-                h: cusolverDnHandle_t,
-                m: c_int,
-                n: c_int,
-                a: *const Self,
-                s: *const Self,
-                u: *const Self,
-                v: *const Self,
-                lwork: *mut c_int,
-                params: solver_sys::gesvdjInfo_t,
-            ) -> solver_sys::cusolverStatus_t {
-                let vectors = cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR;
-                // SAFETY: the caller's contract is cuSOLVER's; the probe saw the symbol.
-                unsafe {
-                    solver_sys::$svd_size(h, vectors, 1, m, n, a, m, s, u, m, v, n, lwork, params)
-                }
-            }
-            unsafe fn gesvdj(
-                h: cusolverDnHandle_t,
-                m: c_int,
-                n: c_int,
-                a: *mut Self,
-                s: *mut Self,
-                u: *mut Self,
-                v: *mut Self,
-                work: *mut Self,
-                lwork: c_int,
-                info: *mut c_int,
-                params: solver_sys::gesvdjInfo_t,
-            ) -> solver_sys::cusolverStatus_t {
-                let vectors = cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR;
-                // SAFETY: as above.
-                unsafe {
-                    solver_sys::$svd(
-                        h, vectors, 1, m, n, a, m, s, u, m, v, n, work, lwork, info, params,
-                    )
-                }
-            }
-            unsafe fn geqrf_size(
-                h: cusolverDnHandle_t,
-                m: c_int,
-                n: c_int,
-                a: *mut Self,
-                lwork: *mut c_int,
-            ) -> solver_sys::cusolverStatus_t {
-                // SAFETY: as above.
-                unsafe { solver_sys::$qrf_size(h, m, n, a, m, lwork) }
-            }
-            unsafe fn geqrf(
-                h: cusolverDnHandle_t,
-                m: c_int,
-                n: c_int,
-                a: *mut Self,
-                tau: *mut Self,
-                work: *mut Self,
-                lwork: c_int,
-                info: *mut c_int,
-            ) -> solver_sys::cusolverStatus_t {
-                // SAFETY: as above.
-                unsafe { solver_sys::$qrf(h, m, n, a, m, tau, work, lwork, info) }
-            }
-            unsafe fn orgqr_size(
-                h: cusolverDnHandle_t,
-                m: c_int,
-                n: c_int,
-                a: *const Self,
-                tau: *const Self,
-                lwork: *mut c_int,
-            ) -> solver_sys::cusolverStatus_t {
-                // SAFETY: as above.
-                unsafe { solver_sys::$orgqr_size(h, m, n, n, a, m, tau, lwork) }
-            }
-            unsafe fn orgqr(
-                h: cusolverDnHandle_t,
-                m: c_int,
-                n: c_int,
-                a: *mut Self,
-                tau: *const Self,
-                work: *mut Self,
-                lwork: c_int,
-                info: *mut c_int,
-            ) -> solver_sys::cusolverStatus_t {
-                // SAFETY: as above.
-                unsafe { solver_sys::$orgqr(h, m, n, n, a, m, tau, work, lwork, info) }
-            }
-            unsafe fn syevd_size(
-                h: cusolverDnHandle_t,
-                n: c_int,
-                a: *const Self,
-                w: *const Self,
-                lwork: *mut c_int,
-            ) -> solver_sys::cusolverStatus_t {
-                let (vectors, lower) = (
-                    cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR,
-                    cublasFillMode_t::CUBLAS_FILL_MODE_LOWER,
-                );
-                // SAFETY: as above.
-                unsafe { solver_sys::$evd_size(h, vectors, lower, n, a, n, w, lwork) }
-            }
-            unsafe fn syevd(
-                h: cusolverDnHandle_t,
-                n: c_int,
-                a: *mut Self,
-                w: *mut Self,
-                work: *mut Self,
-                lwork: c_int,
-                info: *mut c_int,
-            ) -> solver_sys::cusolverStatus_t {
-                let (vectors, lower) = (
-                    cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR,
-                    cublasFillMode_t::CUBLAS_FILL_MODE_LOWER,
-                );
-                // SAFETY: as above.
-                unsafe { solver_sys::$evd(h, vectors, lower, n, a, n, w, work, lwork, info) }
+    ($t:ty, $prefix:ident) => {
+        paste::paste! {
+            impl Lapack for $t {
+                const GESVDJ_SIZE: GesvdjSize<Self> =
+                    solver_sys::[<cusolverDn $prefix gesvdj_bufferSize>];
+                const GESVDJ: Gesvdj<Self> = solver_sys::[<cusolverDn $prefix gesvdj>];
+                const GEQRF_SIZE: GeqrfSize<Self> = solver_sys::[<cusolverDn $prefix geqrf_bufferSize>];
+                const GEQRF: Geqrf<Self> = solver_sys::[<cusolverDn $prefix geqrf>];
+                const ORGQR_SIZE: OrgqrSize<Self> = solver_sys::[<cusolverDn $prefix orgqr_bufferSize>];
+                const ORGQR: Orgqr<Self> = solver_sys::[<cusolverDn $prefix orgqr>];
+                const SYEVD_SIZE: SyevdSize<Self> = solver_sys::[<cusolverDn $prefix syevd_bufferSize>];
+                const SYEVD: Syevd<Self> = solver_sys::[<cusolverDn $prefix syevd>];
             }
         }
     };
 }
 
-lapack!(
-    f32,
-    cusolverDnSgesvdj_bufferSize,
-    cusolverDnSgesvdj,
-    cusolverDnSgeqrf_bufferSize,
-    cusolverDnSgeqrf,
-    cusolverDnSorgqr_bufferSize,
-    cusolverDnSorgqr,
-    cusolverDnSsyevd_bufferSize,
-    cusolverDnSsyevd
-);
-lapack!(
-    f64,
-    cusolverDnDgesvdj_bufferSize,
-    cusolverDnDgesvdj,
-    cusolverDnDgeqrf_bufferSize,
-    cusolverDnDgeqrf,
-    cusolverDnDorgqr_bufferSize,
-    cusolverDnDorgqr,
-    cusolverDnDsyevd_bufferSize,
-    cusolverDnDsyevd
-);
+lapack!(f32, S);
+lapack!(f64, D);
 
 /// A factorization's dense results on the device: up to two column-major matrices (each
 /// with its row count as leading dimension) and the values the host reads.
@@ -472,14 +374,19 @@ impl CudaDevice {
             // the leading dims are `m` (A, U) and `n` (V), the handle is bound to this
             // device's stream; the size query reads no data.
             let status = unsafe {
-                T::gesvdj_size(
+                (T::GESVDJ_SIZE)(
                     h,
+                    VECTORS,
+                    1,
                     mi,
                     ni,
                     ap as *const T,
+                    mi,
                     sp as *const T,
                     up as *const T,
+                    mi,
                     vp as *const T,
+                    ni,
                     &mut lwork,
                     params,
                 )
@@ -491,14 +398,19 @@ impl CudaDevice {
             // SAFETY: as above, with a workspace of the size cuSOLVER asked for; everything
             // is enqueued on the stream the buffers are ordered on (the guards record it).
             let status = unsafe {
-                T::gesvdj(
+                (T::GESVDJ)(
                     h,
+                    VECTORS,
+                    1,
                     mi,
                     ni,
                     ap as *mut T,
+                    mi,
                     sp as *mut T,
                     up as *mut T,
+                    mi,
                     vp as *mut T,
+                    ni,
                     wp as *mut T,
                     lwork,
                     ip as *mut c_int,
@@ -558,18 +470,19 @@ impl CudaDevice {
             let mut lwork: c_int = 0;
             // SAFETY: `work` holds the `m x n` matrix (leading dim `m`) on this device, `tau`
             // `p` elements; the size query reads no data.
-            let status = unsafe { T::geqrf_size(h, mi, ni, ap as *mut T, &mut lwork) };
+            let status = unsafe { (T::GEQRF_SIZE)(h, mi, ni, ap as *mut T, mi, &mut lwork) };
             ok(status, "size the QR's workspace")?;
             let mut scratch = self.alloc_zeros::<T>(lwork.max(1) as usize)?;
             let (wp, _w) = scratch.as_cuda_slice_mut().device_ptr_mut(&stream);
             let (ip, _i) = info.device_ptr_mut(&stream);
             // SAFETY: as above, with the workspace cuSOLVER asked for.
             let status = unsafe {
-                T::geqrf(
+                (T::GEQRF)(
                     h,
                     mi,
                     ni,
                     ap as *mut T,
+                    mi,
                     tp as *mut T,
                     wp as *mut T,
                     lwork,
@@ -610,19 +523,31 @@ impl CudaDevice {
             let mut lwork: c_int = 0;
             // SAFETY: `q` holds the `m x p` reflectors (leading dim `m`), `tau` their `p`
             // scalars; the size query reads no data.
-            let status =
-                unsafe { T::orgqr_size(h, mi, pi, qp as *const T, tp as *const T, &mut lwork) };
+            let status = unsafe {
+                (T::ORGQR_SIZE)(
+                    h,
+                    mi,
+                    pi,
+                    pi,
+                    qp as *const T,
+                    mi,
+                    tp as *const T,
+                    &mut lwork,
+                )
+            };
             ok(status, "size the Q expansion's workspace")?;
             let mut scratch = self.alloc_zeros::<T>(lwork.max(1) as usize)?;
             let (wp, _w) = scratch.as_cuda_slice_mut().device_ptr_mut(&stream);
             let (ip, _i) = info.device_ptr_mut(&stream);
             // SAFETY: as above, with the workspace cuSOLVER asked for.
             let status = unsafe {
-                T::orgqr(
+                (T::ORGQR)(
                     h,
                     mi,
                     pi,
+                    pi,
                     qp as *mut T,
+                    mi,
                     tp as *const T,
                     wp as *mut T,
                     lwork,
@@ -682,18 +607,31 @@ impl CudaDevice {
             let mut lwork: c_int = 0;
             // SAFETY: `work` holds the `n x n` matrix (leading dim `n`) on this device, `w`
             // `n` elements; the size query reads no data.
-            let status =
-                unsafe { T::syevd_size(h, ni, ap as *const T, wp as *const T, &mut lwork) };
+            let status = unsafe {
+                (T::SYEVD_SIZE)(
+                    h,
+                    VECTORS,
+                    LOWER,
+                    ni,
+                    ap as *const T,
+                    ni,
+                    wp as *const T,
+                    &mut lwork,
+                )
+            };
             ok(status, "size the eigensolver's workspace")?;
             let mut scratch = self.alloc_zeros::<T>(lwork.max(1) as usize)?;
             let (sp, _s) = scratch.as_cuda_slice_mut().device_ptr_mut(&stream);
             let (ip, _i) = info.device_ptr_mut(&stream);
             // SAFETY: as above, with the workspace cuSOLVER asked for.
             let status = unsafe {
-                T::syevd(
+                (T::SYEVD)(
                     h,
+                    VECTORS,
+                    LOWER,
                     ni,
                     ap as *mut T,
+                    ni,
                     wp as *mut T,
                     sp as *mut T,
                     lwork,
