@@ -313,7 +313,7 @@ impl CudaDevice {
         // this call (module doc). `alpha` and `beta` are host values read during the call
         // (host pointer mode). The guards record the buffers' use after the call is enqueued.
         unsafe {
-            T::gemm_batched(
+            (T::GEMM_BATCHED)(
                 *self.blas.handle(),
                 shape.transa,
                 shape.transb,
@@ -398,7 +398,7 @@ impl CudaDevice {
         // three device arrays of `count` each. The host arrays (`group_count` entries each,
         // alpha and beta included, host pointer mode) live until after the call returns.
         unsafe {
-            T::gemm_grouped(
+            (T::GEMM_GROUPED)(
                 *self.blas.handle(),
                 transa.as_ptr(),
                 transb.as_ptr(),

@@ -250,7 +250,7 @@ impl CudaDevice {
         // (cuBLAS reads a host scalar before returning). The guards, dropped after the call is
         // enqueued, record the buffers' use on the stream.
         unsafe {
-            T::axpy(
+            (T::AXPY)(
                 *self.blas.handle(),
                 checked.n,
                 &alpha,
@@ -279,7 +279,7 @@ impl CudaDevice {
         let (x_base, _x_write) = x.buf.as_cuda_slice_mut().device_ptr_mut(stream);
         // SAFETY: as in `axpy`, for x alone.
         unsafe {
-            T::scal(
+            (T::SCAL)(
                 *self.blas.handle(),
                 checked.n,
                 &alpha,
@@ -318,7 +318,7 @@ impl CudaDevice {
         // device pointer mode for its whole life, so cuBLAS writes the norm to device memory
         // in stream order and does not touch the host.
         unsafe {
-            T::nrm2(
+            (T::NRM2)(
                 *self.blas_device_results.handle(),
                 checked.n,
                 element::<T>(x_base, x.layout.offset) as *const T,
@@ -356,7 +356,7 @@ impl CudaDevice {
         let (r_base, _r_write) = result.as_cuda_slice_mut().device_ptr_mut(stream);
         // SAFETY: as in `nrm2_into`, for x and y (which may share a buffer: both are read).
         unsafe {
-            T::dot(
+            (T::DOT)(
                 *self.blas_device_results.handle(),
                 checked.n,
                 element::<T>(x_base, x.layout.offset) as *const T,

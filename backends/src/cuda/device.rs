@@ -61,353 +61,158 @@ pub trait CudaScalar:
         c: &mut CudaViewMut<'_, Self>,
     ) -> Result<(), CublasError>;
 
-    /// `cublas?axpy_v2`: `y <- alpha x + y`.
-    ///
-    /// # Safety
-    ///
-    /// `x` and `y` must be device pointers on the handle's device to vectors of `n` elements
-    /// `incx` / `incy` apart, `y`'s not overlapping `x`'s; `alpha` as the handle's pointer
-    /// mode says (host here).
+    /// `cublas?axpy_v2`: `y <- alpha x + y`. Safety: `x` and `y` must be device pointers on
+    /// the handle's device to vectors of `n` elements `incx` / `incy` apart, `y`'s not
+    /// overlapping `x`'s; `alpha` as the handle's pointer mode says (host here).
     #[doc(hidden)]
-    unsafe fn axpy(
-        handle: cublasHandle_t,
-        n: c_int,
-        alpha: *const Self,
-        x: *const Self,
-        incx: c_int,
-        y: *mut Self,
-        incy: c_int,
-    ) -> cublasStatus_t;
-
-    /// `cublas?scal_v2`: `x <- alpha x`.
-    ///
-    /// # Safety
-    ///
-    /// As [`CudaScalar::axpy`], for `x`.
+    const AXPY: Axpy<Self>;
+    /// `cublas?scal_v2`: `x <- alpha x`. Safety: as for [`CudaScalar::AXPY`], for `x`.
     #[doc(hidden)]
-    unsafe fn scal(
-        handle: cublasHandle_t,
-        n: c_int,
-        alpha: *const Self,
-        x: *mut Self,
-        incx: c_int,
-    ) -> cublasStatus_t;
-
-    /// `cublas?nrm2_v2`: `result <- ||x||_2`.
-    ///
-    /// # Safety
-    ///
-    /// As [`CudaScalar::axpy`]; `result` points where the handle's pointer mode says.
+    const SCAL: Scal<Self>;
+    /// `cublas?nrm2_v2`: `result <- ||x||_2`. Safety: as for [`CudaScalar::AXPY`];
+    /// `result` points where the handle's pointer mode says.
     #[doc(hidden)]
-    unsafe fn nrm2(
-        handle: cublasHandle_t,
-        n: c_int,
-        x: *const Self,
-        incx: c_int,
-        result: *mut Self,
-    ) -> cublasStatus_t;
-
-    /// `cublas?dot_v2`: `result <- x . y`.
-    ///
-    /// # Safety
-    ///
-    /// As [`CudaScalar::nrm2`], for `x` and `y`.
+    const NRM2: Nrm2<Self>;
+    /// `cublas?dot_v2`: `result <- x . y`. Safety: as for [`CudaScalar::NRM2`], for `x` and
+    /// `y`.
     #[doc(hidden)]
-    unsafe fn dot(
-        handle: cublasHandle_t,
-        n: c_int,
-        x: *const Self,
-        incx: c_int,
-        y: *const Self,
-        incy: c_int,
-        result: *mut Self,
-    ) -> cublasStatus_t;
-
+    const DOT: Dot<Self>;
     /// `cublas?gemmStridedBatched` on raw device pointers (no cudarc views, so no cudarc
-    /// events are waited for or recorded: the caller orders the streams).
-    ///
-    /// # Safety
-    ///
-    /// Every matrix of the batch (`batch` of them, `stride_*` elements apart) must lie within
-    /// its allocation on the handle's device, with no two C matrices sharing an element, and
-    /// stay allocated until the handle's stream has run the call. `alpha` and `beta` are host
+    /// events are waited for or recorded: the caller orders the streams). Safety: every
+    /// matrix of the batch (`batch` of them, `stride_*` elements apart) must lie within its
+    /// allocation on the handle's device, with no two C matrices sharing an element, and stay
+    /// allocated until the handle's stream has run the call. `alpha` and `beta` are host
     /// pointers (host pointer mode).
     #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_strided_raw(
-        handle: cublasHandle_t,
-        transa: cublasOperation_t,
-        transb: cublasOperation_t,
-        m: c_int,
-        n: c_int,
-        k: c_int,
-        alpha: *const Self,
-        a: *const Self,
-        lda: c_int,
-        stride_a: c_longlong,
-        b: *const Self,
-        ldb: c_int,
-        stride_b: c_longlong,
-        beta: *const Self,
-        c: *mut Self,
-        ldc: c_int,
-        stride_c: c_longlong,
-        batch: c_int,
-    ) -> cublasStatus_t;
-
-    /// `cublas?gemmBatched`: one shape, pointer arrays in device memory.
-    ///
-    /// # Safety
-    ///
-    /// The three arrays must be device memory of `batch` pointers each, every pointer to a
-    /// matrix that lies within its allocation on the handle's device, with no two C matrices
-    /// sharing an element; the arrays and matrices must stay allocated until the stream has
-    /// run the call. `alpha` and `beta` are host pointers (host pointer mode).
+    const GEMM_STRIDED_RAW: GemmStrided<Self>;
+    /// `cublas?gemmBatched`: one shape, pointer arrays in device memory. Safety: the three
+    /// arrays must be device memory of `batch` pointers each, every pointer to a matrix that
+    /// lies within its allocation on the handle's device, with no two C matrices sharing an
+    /// element; the arrays and matrices must stay allocated until the stream has run the
+    /// call. `alpha` and `beta` are host pointers (host pointer mode).
     #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_batched(
-        handle: cublasHandle_t,
-        transa: cublasOperation_t,
-        transb: cublasOperation_t,
-        m: c_int,
-        n: c_int,
-        k: c_int,
-        alpha: *const Self,
-        a: *const *const Self,
-        lda: c_int,
-        b: *const *const Self,
-        ldb: c_int,
-        beta: *const Self,
-        c: *const *mut Self,
-        ldc: c_int,
-        batch: c_int,
-    ) -> cublasStatus_t;
-
+    const GEMM_BATCHED: GemmBatched<Self>;
     /// `cublas?gemmGroupedBatched` (cuBLAS 12.5 and later): per-group shapes, scalars and
-    /// transposes in host arrays of `group_count`, matrix pointers in device arrays of the sum
-    /// of `group_size`.
-    ///
-    /// # Safety
-    ///
-    /// As [`CudaScalar::gemm_batched`], group by group; every host array holds
-    /// `group_count` entries.
+    /// transposes in host arrays of `group_count`, matrix pointers in device arrays of the
+    /// sum of `group_size`. Safety: as for [`CudaScalar::GEMM_BATCHED`], group by group;
+    /// every host array holds `group_count` entries; the caller checked the grouped symbols'
+    /// probe.
     #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_grouped(
-        handle: cublasHandle_t,
-        transa: *const cublasOperation_t,
-        transb: *const cublasOperation_t,
-        m: *const c_int,
-        n: *const c_int,
-        k: *const c_int,
-        alpha: *const Self,
-        a: *const *const Self,
-        lda: *const c_int,
-        b: *const *const Self,
-        ldb: *const c_int,
-        beta: *const Self,
-        c: *const *mut Self,
-        ldc: *const c_int,
-        group_count: c_int,
-        group_size: *const c_int,
-    ) -> cublasStatus_t;
+    const GEMM_GROUPED: GemmGrouped<Self>;
 }
 
 macro_rules! cuda_scalar {
-    ($t:ty, $kernel:literal, $axpy:ident, $scal:ident, $nrm2:ident, $dot:ident, $strided:ident, $batched:ident, $grouped:ident) => {
-        impl CudaScalar for $t {
-            const KERNEL: usize = $kernel;
+    ($t:ty, $kernel:literal, $prefix:ident) => {
+        paste::paste! {
+            impl CudaScalar for $t {
+                const KERNEL: usize = $kernel;
+                const AXPY: Axpy<Self> = blas_sys::[<cublas $prefix axpy_v2>];
+                const SCAL: Scal<Self> = blas_sys::[<cublas $prefix scal_v2>];
+                const NRM2: Nrm2<Self> = blas_sys::[<cublas $prefix nrm2_v2>];
+                const DOT: Dot<Self> = blas_sys::[<cublas $prefix dot_v2>];
+                const GEMM_STRIDED_RAW: GemmStrided<Self> =
+                    blas_sys::[<cublas $prefix gemmStridedBatched>];
+                const GEMM_BATCHED: GemmBatched<Self> = blas_sys::[<cublas $prefix gemmBatched>];
+                const GEMM_GROUPED: GemmGrouped<Self> =
+                    blas_sys::[<cublas $prefix gemmGroupedBatched>];
 
-            unsafe fn gemm(
-                blas: &CudaBlas,
-                cfg: GemmConfig<Self>,
-                a: &CudaView<'_, Self>,
-                b: &CudaView<'_, Self>,
-                c: &mut CudaViewMut<'_, Self>,
-            ) -> Result<(), CublasError> {
-                // SAFETY: the caller's contract is cudarc's.
-                unsafe { Gemm::<$t>::gemm(blas, cfg, a, b, c) }
-            }
-
-            unsafe fn gemm_strided_batched(
-                blas: &CudaBlas,
-                cfg: StridedBatchedConfig<Self>,
-                a: &CudaView<'_, Self>,
-                b: &CudaView<'_, Self>,
-                c: &mut CudaViewMut<'_, Self>,
-            ) -> Result<(), CublasError> {
-                // SAFETY: the caller's contract is cudarc's.
-                unsafe { Gemm::<$t>::gemm_strided_batched(blas, cfg, a, b, c) }
-            }
-
-            unsafe fn axpy(
-                handle: cublasHandle_t,
-                n: c_int,
-                alpha: *const Self,
-                x: *const Self,
-                incx: c_int,
-                y: *mut Self,
-                incy: c_int,
-            ) -> cublasStatus_t {
-                // SAFETY: the caller's contract is cuBLAS's; the probe saw the symbol.
-                unsafe { blas_sys::$axpy(handle, n, alpha, x, incx, y, incy) }
-            }
-
-            unsafe fn scal(
-                handle: cublasHandle_t,
-                n: c_int,
-                alpha: *const Self,
-                x: *mut Self,
-                incx: c_int,
-            ) -> cublasStatus_t {
-                // SAFETY: as for `axpy`.
-                unsafe { blas_sys::$scal(handle, n, alpha, x, incx) }
-            }
-
-            unsafe fn nrm2(
-                handle: cublasHandle_t,
-                n: c_int,
-                x: *const Self,
-                incx: c_int,
-                result: *mut Self,
-            ) -> cublasStatus_t {
-                // SAFETY: as for `axpy`.
-                unsafe { blas_sys::$nrm2(handle, n, x, incx, result) }
-            }
-
-            unsafe fn dot(
-                handle: cublasHandle_t,
-                n: c_int,
-                x: *const Self,
-                incx: c_int,
-                y: *const Self,
-                incy: c_int,
-                result: *mut Self,
-            ) -> cublasStatus_t {
-                // SAFETY: as for `axpy`.
-                unsafe { blas_sys::$dot(handle, n, x, incx, y, incy, result) }
-            }
-
-            unsafe fn gemm_strided_raw(
-                handle: cublasHandle_t,
-                transa: cublasOperation_t,
-                transb: cublasOperation_t,
-                m: c_int,
-                n: c_int,
-                k: c_int,
-                alpha: *const Self,
-                a: *const Self,
-                lda: c_int,
-                stride_a: c_longlong,
-                b: *const Self,
-                ldb: c_int,
-                stride_b: c_longlong,
-                beta: *const Self,
-                c: *mut Self,
-                ldc: c_int,
-                stride_c: c_longlong,
-                batch: c_int,
-            ) -> cublasStatus_t {
-                // SAFETY: as for `axpy`.
-                unsafe {
-                    blas_sys::$strided(
-                        handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
-                        beta, c, ldc, stride_c, batch,
-                    )
+                unsafe fn gemm(
+                    blas: &CudaBlas,
+                    cfg: GemmConfig<Self>,
+                    a: &CudaView<'_, Self>,
+                    b: &CudaView<'_, Self>,
+                    c: &mut CudaViewMut<'_, Self>,
+                ) -> Result<(), CublasError> {
+                    // SAFETY: the caller's contract is cudarc's.
+                    unsafe { Gemm::<$t>::gemm(blas, cfg, a, b, c) }
                 }
-            }
 
-            unsafe fn gemm_batched(
-                handle: cublasHandle_t,
-                transa: cublasOperation_t,
-                transb: cublasOperation_t,
-                m: c_int,
-                n: c_int,
-                k: c_int,
-                alpha: *const Self,
-                a: *const *const Self,
-                lda: c_int,
-                b: *const *const Self,
-                ldb: c_int,
-                beta: *const Self,
-                c: *const *mut Self,
-                ldc: c_int,
-                batch: c_int,
-            ) -> cublasStatus_t {
-                // SAFETY: as for `axpy`.
-                unsafe {
-                    blas_sys::$batched(
-                        handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch,
-                    )
-                }
-            }
-
-            unsafe fn gemm_grouped(
-                handle: cublasHandle_t,
-                transa: *const cublasOperation_t,
-                transb: *const cublasOperation_t,
-                m: *const c_int,
-                n: *const c_int,
-                k: *const c_int,
-                alpha: *const Self,
-                a: *const *const Self,
-                lda: *const c_int,
-                b: *const *const Self,
-                ldb: *const c_int,
-                beta: *const Self,
-                c: *const *mut Self,
-                ldc: *const c_int,
-                group_count: c_int,
-                group_size: *const c_int,
-            ) -> cublasStatus_t {
-                // SAFETY: as for `axpy`; the caller checked the grouped symbols' probe.
-                unsafe {
-                    blas_sys::$grouped(
-                        handle,
-                        transa,
-                        transb,
-                        m,
-                        n,
-                        k,
-                        alpha,
-                        a,
-                        lda,
-                        b,
-                        ldb,
-                        beta,
-                        c,
-                        ldc,
-                        group_count,
-                        group_size,
-                    )
+                unsafe fn gemm_strided_batched(
+                    blas: &CudaBlas,
+                    cfg: StridedBatchedConfig<Self>,
+                    a: &CudaView<'_, Self>,
+                    b: &CudaView<'_, Self>,
+                    c: &mut CudaViewMut<'_, Self>,
+                ) -> Result<(), CublasError> {
+                    // SAFETY: the caller's contract is cudarc's.
+                    unsafe { Gemm::<$t>::gemm_strided_batched(blas, cfg, a, b, c) }
                 }
             }
         }
     };
 }
 
-cuda_scalar!(
-    f32,
-    0,
-    cublasSaxpy_v2,
-    cublasSscal_v2,
-    cublasSnrm2_v2,
-    cublasSdot_v2,
-    cublasSgemmStridedBatched,
-    cublasSgemmBatched,
-    cublasSgemmGroupedBatched
-);
-cuda_scalar!(
-    f64,
-    1,
-    cublasDaxpy_v2,
-    cublasDscal_v2,
-    cublasDnrm2_v2,
-    cublasDdot_v2,
-    cublasDgemmStridedBatched,
-    cublasDgemmBatched,
-    cublasDgemmGroupedBatched
-);
+cuda_scalar!(f32, 0, S);
+cuda_scalar!(f64, 1, D);
+
+/// `cublas?axpy_v2` (see [`CudaScalar::AXPY`]).
+type Axpy<T> =
+    unsafe fn(cublasHandle_t, c_int, *const T, *const T, c_int, *mut T, c_int) -> cublasStatus_t;
+/// `cublas?scal_v2`.
+type Scal<T> = unsafe fn(cublasHandle_t, c_int, *const T, *mut T, c_int) -> cublasStatus_t;
+/// `cublas?nrm2_v2`.
+type Nrm2<T> = unsafe fn(cublasHandle_t, c_int, *const T, c_int, *mut T) -> cublasStatus_t;
+/// `cublas?dot_v2`.
+type Dot<T> =
+    unsafe fn(cublasHandle_t, c_int, *const T, c_int, *const T, c_int, *mut T) -> cublasStatus_t;
+/// `cublas?gemmStridedBatched`.
+type GemmStrided<T> = unsafe fn(
+    cublasHandle_t,
+    cublasOperation_t,
+    cublasOperation_t,
+    c_int,
+    c_int,
+    c_int,
+    *const T,
+    *const T,
+    c_int,
+    c_longlong,
+    *const T,
+    c_int,
+    c_longlong,
+    *const T,
+    *mut T,
+    c_int,
+    c_longlong,
+    c_int,
+) -> cublasStatus_t;
+/// `cublas?gemmBatched`.
+type GemmBatched<T> = unsafe fn(
+    cublasHandle_t,
+    cublasOperation_t,
+    cublasOperation_t,
+    c_int,
+    c_int,
+    c_int,
+    *const T,
+    *const *const T,
+    c_int,
+    *const *const T,
+    c_int,
+    *const T,
+    *const *mut T,
+    c_int,
+    c_int,
+) -> cublasStatus_t;
+/// `cublas?gemmGroupedBatched`.
+type GemmGrouped<T> = unsafe fn(
+    cublasHandle_t,
+    *const cublasOperation_t,
+    *const cublasOperation_t,
+    *const c_int,
+    *const c_int,
+    *const c_int,
+    *const T,
+    *const *const T,
+    *const c_int,
+    *const *const T,
+    *const c_int,
+    *const T,
+    *const *mut T,
+    *const c_int,
+    c_int,
+    *const c_int,
+) -> cublasStatus_t;
 
 /// A buffer of `T` in one device's memory, allocated and freed in order on that device's
 /// stream.

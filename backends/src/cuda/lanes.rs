@@ -219,7 +219,7 @@ impl CudaDevice {
             // free is ordered on this device's stream. Alpha and beta are host values read
             // during the call (host pointer mode).
             unsafe {
-                T::gemm_strided_raw(
+                (T::GEMM_STRIDED_RAW)(
                     handle,
                     cfg.transa,
                     cfg.transb,
