@@ -18,7 +18,9 @@
 //!   faer GEMM of the same total flops: in the files' chain (L theta, W, W, R, as TeNPy runs
 //!   it), in the order [`Network::optimal`] picks from the same structures, and as the DMRG
 //!   engine (`tessera_mps::dmrg`) applies it: constant operands held in the layouts its three
-//!   steps read, the two MPO tensors as one operator (`tessera_dmrg_layouts`);
+//!   steps read, the two MPO tensors as one operator (`tessera_dmrg_layouts`); each group
+//!   prints the modelled memory traffic of one application of both chains beside the least
+//!   any chain moves;
 //! - `contract/cuda/block_gemm/16x{d}_{type}` and `contract/cuda/heff/chi{chi}`: with
 //!   `--features cuda`, on CUDA device 0, block GEMM and H_eff beside one dense cuBLAS GEMM.
 //!
@@ -36,7 +38,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, Trivial, U1};
-use tessera::contract::{Contraction, Network, Operand, Order, PlanCache, Spec};
+use tessera::contract::{Contraction, Network, Operand, Order, Plan, PlanCache, Spec};
 use tessera::prelude::Runtime;
 
 #[global_allocator]
@@ -331,6 +333,18 @@ fn load_structures(name: &str, scale: usize) -> (Vec<(String, Tensor)>, Vec<Step
     (tensors, chain)
 }
 
+/// The elements one contraction moves through memory, in the model of issue 26: an operand
+/// is read once, or read, written to a permuted temporary and read again (three passes) when
+/// its matrix form is permuted; the product is written once, or written, read and written
+/// permuted. Caches are ignored, so a small operand that stays in cache counts in full.
+fn traffic(plan: &Plan<U1>, a: usize, b: usize) -> u64 {
+    let passes = |permuted: bool| if permuted { 3 } else { 1 };
+    let out = plan.output().total_len();
+    (passes(plan.permutes_operand(0)) * a
+        + passes(plan.permutes_operand(1)) * b
+        + passes(plan.permutes_output()) * out) as u64
+}
+
 /// The chain of contractions, run by the operands' backend; returns the result and the total
 /// flops.
 fn apply_heff<A: Operand<Scalar = f64, Symmetry = U1>>(
@@ -489,6 +503,72 @@ fn heff_in_layouts(tensors: &[(String, Tensor)]) -> ([AsyncArray<f64, U1>; 4], [
     ([left, w, right, theta], steps)
 }
 
+/// The H_eff chains' memory traffic per application (see [`traffic`]), in bytes of f64: the
+/// files' chain, the DMRG layouts, and the least a chain of the layouts' three GEMM steps
+/// moves (every operand and intermediate read once and written once, nothing permuted).
+fn heff_traffic(
+    tensors: &[(String, Tensor)],
+    chain: &[Step],
+    operands: &[AsyncArray<f64, U1>; 4],
+    steps: &[Contraction; 3],
+) -> [u64; 3] {
+    let len = |x: &AsyncArray<f64, U1>| x.structure().total_len();
+    // The files' chain, step by step on structures (the plans are cached).
+    let mut files = 0;
+    let mut running: Option<Tensor> = None;
+    for (x, y, ax, ay) in chain {
+        let previous = running.take();
+        let operand = |name: &str| -> &Tensor {
+            if name == "T" {
+                previous.as_ref().expect("T is the running result")
+            } else {
+                &tensors
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .expect("an operand")
+                    .1
+            }
+        };
+        let (a, b) = (operand(x), operand(y));
+        let pos = |t: &Tensor, l: &String| t.labels.iter().position(|x| x == l).unwrap();
+        let axes_a: Vec<usize> = ax.iter().map(|l| pos(a, l)).collect();
+        let axes_b: Vec<usize> = ay.iter().map(|l| pos(b, l)).collect();
+        let spec = Spec::tensordot(a.labels.len(), b.labels.len(), &axes_a, &axes_b).unwrap();
+        let c = Contraction::from_spec(spec);
+        let plan = c.plan(&a.array, &b.array).unwrap();
+        files += traffic(&plan, len(&a.array), len(&b.array));
+        let labels = a
+            .labels
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !axes_a.contains(i))
+            .chain(
+                b.labels
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| !axes_b.contains(j)),
+            )
+            .map(|(_, l)| l.clone())
+            .collect();
+        let array = AsyncArray::zeros(Arc::clone(plan.output()));
+        running = Some(Tensor { labels, array });
+    }
+    let [left, w, right, theta] = operands;
+    let t = AsyncArray::zeros(Arc::clone(steps[0].plan(left, theta).unwrap().output()));
+    let u = AsyncArray::zeros(Arc::clone(steps[1].plan(&t, w).unwrap().output()));
+    let plans = [
+        (steps[0].plan(left, theta).unwrap(), len(left), len(theta)),
+        (steps[1].plan(&t, w).unwrap(), len(&t), len(w)),
+        (steps[2].plan(&u, right).unwrap(), len(&u), len(right)),
+    ];
+    let layouts = plans.iter().map(|(p, a, b)| traffic(p, *a, *b)).sum();
+    let least = plans
+        .iter()
+        .map(|(p, a, b)| (a + b + p.output().total_len()) as u64)
+        .sum();
+    [files, layouts, least].map(|e| e * 8)
+}
+
 fn apply_in_layouts(
     [left, w, right, theta]: &[AsyncArray<f64, U1>; 4],
     [first, second, last]: &[Contraction; 3],
@@ -537,6 +617,16 @@ fn heff(c: &mut Criterion) {
                 + steps[1].plan(&t, w).unwrap().flops()
                 + steps[2].plan(&u, right).unwrap().flops()
         });
+        let [files, layouts, least] =
+            runtime.enter(|| heff_traffic(&tensors, &chain, &operands, &steps));
+        let mb = |b: u64| b as f64 / 1e6;
+        println!(
+            "contract/heff/chi{chi}: memory traffic per application (model): files' chain \
+             {:.1} MB, DMRG layouts {:.1} MB, least {:.1} MB",
+            mb(files),
+            mb(layouts),
+            mb(least)
+        );
         group.throughput(Throughput::Elements(flops));
         group.bench_function("tessera_dmrg_layouts", |bch| {
             bch.iter(|| {
