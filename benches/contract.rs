@@ -94,6 +94,29 @@ fn block_gemm(c: &mut Criterion) {
     }
 }
 
+/// The blocks of a matrix (two legs) as faer matrices, for the baselines without a runtime.
+fn block_mats(x: &AsyncArray<f64, U1>) -> Vec<Mat<f64>> {
+    let shapes: Vec<Vec<usize>> = x.structure().blocks().map(|b| b.shape().to_vec()).collect();
+    x.to_blocks()
+        .unwrap()
+        .iter()
+        .zip(shapes)
+        .map(|(v, d)| Mat::from_fn(d[0], d[1], |i, j| v[i + d[0] * j]))
+        .collect()
+}
+
+/// `c <- a b`, one sequential faer call (a baseline's unit of work).
+fn block_product(c: &mut Mat<f64>, a: &Mat<f64>, b: &Mat<f64>) {
+    matmul(
+        c.as_mut(),
+        Accum::Replace,
+        a.as_ref(),
+        b.as_ref(),
+        1.0,
+        Par::Seq,
+    )
+}
+
 fn small_sectors(c: &mut Criterion) {
     let runtime = Runtime::new(2).unwrap();
     let mut group = c.benchmark_group("contract/block_gemm/u1_41_upto32");
@@ -113,16 +136,7 @@ fn small_sectors(c: &mut Criterion) {
             out.wait().unwrap();
         })
     });
-    let to_mats = |x: &AsyncArray<f64, U1>| -> Vec<Mat<f64>> {
-        let shapes: Vec<Vec<usize>> = x.structure().blocks().map(|b| b.shape().to_vec()).collect();
-        x.to_blocks()
-            .unwrap()
-            .iter()
-            .zip(shapes)
-            .map(|(v, d)| Mat::from_fn(d[0], d[1], |i, j| v[i + d[0] * j]))
-            .collect()
-    };
-    let (ma, mb) = (to_mats(a), to_mats(b));
+    let (ma, mb) = (block_mats(a), block_mats(b));
     let mut mc: Vec<Mat<f64>> = ma
         .iter()
         .map(|m| Mat::zeros(m.nrows(), m.ncols()))
@@ -130,14 +144,7 @@ fn small_sectors(c: &mut Criterion) {
     group.bench_function("loop_of_faer", |bch| {
         bch.iter(|| {
             for (c, (a, b)) in mc.iter_mut().zip(ma.iter().zip(&mb)) {
-                matmul(
-                    c.as_mut(),
-                    Accum::Replace,
-                    a.as_ref(),
-                    b.as_ref(),
-                    1.0,
-                    Par::Seq,
-                )
+                block_product(c, a, b);
             }
         })
     });
@@ -160,30 +167,14 @@ fn small_blocks(c: &mut Criterion) {
             out.wait().unwrap();
         })
     });
-    let to_mats = |x: &AsyncArray<f64, U1>| -> Vec<Mat<f64>> {
-        x.to_blocks()
-            .unwrap()
-            .iter()
-            .map(|v| Mat::from_fn(d, d, |i, j| v[i + d * j]))
-            .collect()
-    };
-    let (ma, mb) = (to_mats(&a), to_mats(&b));
+    let (ma, mb) = (block_mats(&a), block_mats(&b));
     let mut mc: Vec<Mat<f64>> = (0..ma.len()).map(|_| Mat::zeros(d, d)).collect();
     group.bench_function("rayon_loop_of_faer", |bch| {
         bch.iter(|| {
             runtime.install(|| {
                 mc.par_iter_mut()
                     .zip(ma.par_iter().zip(&mb))
-                    .for_each(|(c, (a, b))| {
-                        matmul(
-                            c.as_mut(),
-                            Accum::Replace,
-                            a.as_ref(),
-                            b.as_ref(),
-                            1.0,
-                            Par::Seq,
-                        )
-                    })
+                    .for_each(|(c, (a, b))| block_product(c, a, b))
             })
         })
     });
@@ -345,14 +336,14 @@ fn traffic(plan: &Plan<U1>, a: usize, b: usize) -> u64 {
         + passes(plan.permutes_output()) * out) as u64
 }
 
-/// The chain of contractions, run by the operands' backend; returns the result and the total
-/// flops.
+/// The chain of contractions, run by the operands' backend; returns the result, the total
+/// flops and the modelled memory traffic in bytes of f64 (see [`traffic`]).
 fn apply_heff<A: Operand<Scalar = f64, Symmetry = U1>>(
     tensors: &[(String, Tensor<A>)],
     chain: &[Step],
-) -> (A, u64) {
+) -> (A, u64, u64) {
     let mut running: Option<Tensor<A>> = None;
-    let mut flops = 0;
+    let (mut flops, mut bytes) = (0, 0);
     for (x, y, ax, ay) in chain {
         let previous = running.take();
         let operand = |name: &str| -> &Tensor<A> {
@@ -372,7 +363,10 @@ fn apply_heff<A: Operand<Scalar = f64, Symmetry = U1>>(
         let axes_b: Vec<usize> = ay.iter().map(|l| pos(b, l)).collect();
         let spec = Spec::tensordot(a.labels.len(), b.labels.len(), &axes_a, &axes_b).unwrap();
         let c = Contraction::from_spec(spec);
-        flops += c.plan(&a.array, &b.array).unwrap().flops();
+        let plan = c.plan(&a.array, &b.array).unwrap();
+        flops += plan.flops();
+        let len = |x: &A| x.structure().total_len();
+        bytes += 8 * traffic(&plan, len(&a.array), len(&b.array));
         let array = c.apply(&a.array, &b.array).unwrap();
         let labels = a
             .labels
@@ -389,7 +383,7 @@ fn apply_heff<A: Operand<Scalar = f64, Symmetry = U1>>(
             .collect();
         running = Some(Tensor { labels, array });
     }
-    (running.unwrap().array, flops)
+    (running.unwrap().array, flops, bytes)
 }
 
 /// The chain's tensors as a [`Network`]: legs contracted by some step share a label, every
@@ -503,56 +497,11 @@ fn heff_in_layouts(tensors: &[(String, Tensor)]) -> ([AsyncArray<f64, U1>; 4], [
     ([left, w, right, theta], steps)
 }
 
-/// The H_eff chains' memory traffic per application (see [`traffic`]), in bytes of f64: the
-/// files' chain, the DMRG layouts, and the least a chain of the layouts' three GEMM steps
-/// moves (every operand and intermediate read once and written once, nothing permuted).
-fn heff_traffic(
-    tensors: &[(String, Tensor)],
-    chain: &[Step],
-    operands: &[AsyncArray<f64, U1>; 4],
-    steps: &[Contraction; 3],
-) -> [u64; 3] {
+/// The modelled memory traffic of one application of H_eff in the DMRG layouts (see
+/// [`traffic`]) and the least the same three GEMM steps move with nothing permuted (every
+/// operand and intermediate read once, written once), in bytes of f64.
+fn layouts_traffic(operands: &[AsyncArray<f64, U1>; 4], steps: &[Contraction; 3]) -> [u64; 2] {
     let len = |x: &AsyncArray<f64, U1>| x.structure().total_len();
-    // The files' chain, step by step on structures (the plans are cached).
-    let mut files = 0;
-    let mut running: Option<Tensor> = None;
-    for (x, y, ax, ay) in chain {
-        let previous = running.take();
-        let operand = |name: &str| -> &Tensor {
-            if name == "T" {
-                previous.as_ref().expect("T is the running result")
-            } else {
-                &tensors
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .expect("an operand")
-                    .1
-            }
-        };
-        let (a, b) = (operand(x), operand(y));
-        let pos = |t: &Tensor, l: &String| t.labels.iter().position(|x| x == l).unwrap();
-        let axes_a: Vec<usize> = ax.iter().map(|l| pos(a, l)).collect();
-        let axes_b: Vec<usize> = ay.iter().map(|l| pos(b, l)).collect();
-        let spec = Spec::tensordot(a.labels.len(), b.labels.len(), &axes_a, &axes_b).unwrap();
-        let c = Contraction::from_spec(spec);
-        let plan = c.plan(&a.array, &b.array).unwrap();
-        files += traffic(&plan, len(&a.array), len(&b.array));
-        let labels = a
-            .labels
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !axes_a.contains(i))
-            .chain(
-                b.labels
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, _)| !axes_b.contains(j)),
-            )
-            .map(|(_, l)| l.clone())
-            .collect();
-        let array = AsyncArray::zeros(Arc::clone(plan.output()));
-        running = Some(Tensor { labels, array });
-    }
     let [left, w, right, theta] = operands;
     let t = AsyncArray::zeros(Arc::clone(steps[0].plan(left, theta).unwrap().output()));
     let u = AsyncArray::zeros(Arc::clone(steps[1].plan(&t, w).unwrap().output()));
@@ -561,12 +510,12 @@ fn heff_traffic(
         (steps[1].plan(&t, w).unwrap(), len(&t), len(w)),
         (steps[2].plan(&u, right).unwrap(), len(&u), len(right)),
     ];
-    let layouts = plans.iter().map(|(p, a, b)| traffic(p, *a, *b)).sum();
-    let least = plans
+    let layouts: u64 = plans.iter().map(|(p, a, b)| traffic(p, *a, *b)).sum();
+    let least: u64 = plans
         .iter()
         .map(|(p, a, b)| (a + b + p.output().total_len()) as u64)
         .sum();
-    [files, layouts, least].map(|e| e * 8)
+    [8 * layouts, 8 * least]
 }
 
 fn apply_in_layouts(
@@ -584,18 +533,18 @@ fn heff(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("contract/heff/chi{chi}"));
         group.sample_size(10);
         let (tensors, chain) = load_heff(chi, 1);
-        let (_, flops) = runtime.enter(|| apply_heff(&tensors, &chain));
+        let (_, flops, files) = runtime.enter(|| apply_heff(&tensors, &chain));
         group.throughput(Throughput::Elements(flops));
         group.bench_function("tessera", |bch| {
             bch.iter(|| {
-                let (t, _) = runtime.enter(|| apply_heff(&tensors, &chain));
+                let (t, _, _) = runtime.enter(|| apply_heff(&tensors, &chain));
                 t.wait().unwrap();
             })
         });
         let (operands, steps) = runtime.enter(|| heff_in_layouts(&tensors));
         // The same H theta as the chain (whose legs come out as (p0, vR*, p1, vL*)).
         runtime.enter(|| {
-            let (chain_result, _) = apply_heff(&tensors, &chain);
+            let (chain_result, _, _) = apply_heff(&tensors, &chain);
             let want = chain_result
                 .permute(&[1, 0, 2, 3], 3)
                 .unwrap()
@@ -617,8 +566,7 @@ fn heff(c: &mut Criterion) {
                 + steps[1].plan(&t, w).unwrap().flops()
                 + steps[2].plan(&u, right).unwrap().flops()
         });
-        let [files, layouts, least] =
-            runtime.enter(|| heff_traffic(&tensors, &chain, &operands, &steps));
+        let [layouts, least] = runtime.enter(|| layouts_traffic(&operands, &steps));
         let mb = |b: u64| b as f64 / 1e6;
         println!(
             "contract/heff/chi{chi}: memory traffic per application (model): files' chain \
@@ -747,13 +695,13 @@ fn on_the_device(c: &mut Criterion) {
                 )
             })
             .collect();
-        let (_, flops) = runtime.enter(|| apply_heff(&tensors, &chain));
+        let (_, flops, _) = runtime.enter(|| apply_heff(&tensors, &chain));
         let mut group = c.benchmark_group(format!("contract/cuda/heff/chi{chi}"));
         group.sample_size(10);
         group.throughput(Throughput::Elements(flops));
         group.bench_function("tessera", |bch| {
             bch.iter(|| {
-                let (t, _) = runtime.enter(|| apply_heff(&tensors, &chain));
+                let (t, _, _) = runtime.enter(|| apply_heff(&tensors, &chain));
                 t.wait().unwrap();
                 dev.synchronize().unwrap();
             })
