@@ -24,9 +24,9 @@ pub struct Eigenpair<S: AbelianSector, P: Placement<f64> = Host> {
 
 /// The lowest eigenpair of the symmetric map `apply` by Lanczos with partial
 /// reorthogonalisation (Simon's estimates decide when the basis is reorthogonalised, so the
-/// vectors stay orthogonal to `sqrt(eps)`), from `start`: stops when the residual norm `||H x - e x||` is below
-/// `tol`, after `max_iter` products (at most the dimension of the space), or when the Krylov
-/// space is exhausted.
+/// vectors stay orthogonal to `sqrt(eps)`), from `start`: stops when the residual norm
+/// `||H x - e x||` is below `tol`, after `max_iter` products (at most the dimension of the
+/// space), or when the Krylov space is exhausted.
 ///
 /// `apply` must map a tensor to a new tensor of the same structure (as the effective
 /// Hamiltonian of a pair does) and be symmetric under [`Tensor::inner`].

@@ -24,7 +24,8 @@ const AXES: usize = 6;
 
 /// `d[i] = f(s[i])` with non-temporal stores (see [`Stores::Streaming`]) for element types
 /// whose size is a multiple of 8 bytes and alignment at least 8 (f64 and complex f64), one
-/// 8-byte word at a time (`movnti`); ordinary stores for the rest and off x86-64. The caller fences the stores ([`fence_streams`]) before the copy returns.
+/// 8-byte word at a time (`movnti`); ordinary stores for the rest and off x86-64. The caller
+/// fences the stores ([`fence_streams`]) before the copy returns.
 #[inline(always)]
 fn stream_run<T: Copy, U: Copy>(d: &mut [T], s: &[U], f: &impl Fn(U) -> T) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
