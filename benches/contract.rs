@@ -5,8 +5,8 @@
 //! - `contract/block_gemm/u1_{sectors}x{d}`: a U(1) block-sparse matrix product with many
 //!   sectors (and with one), over one dense faer GEMM of the same total flops;
 //! - `contract/block_gemm/u1_41_upto32`: a U(1) matrix product of 41 sectors of 4 to 32
-//!   (a DMRG bond's profile, `benches/data/block_gemm_u1_41.json`), over a sequential loop of faer calls on the same blocks (all
-//!   that such a product needs, with no task at all);
+//!   (a DMRG bond's profile, `benches/data/block_gemm_u1_41.json`), over a sequential loop
+//!   of faer calls on the same blocks (all that such a product needs, with no task at all);
 //! - `contract/small_blocks/2048_of_32x32x32`: many small block products, over a plain rayon
 //!   loop of faer calls on the same blocks (no runtime);
 //! - `contract/plan/pairs_1e4`: planning a contraction of 10,000 block pairs, fresh and from
@@ -20,7 +20,7 @@
 //!   engine (`tessera_mps::dmrg`) applies it: constant operands held in the layouts its three
 //!   steps read, the two MPO tensors as one operator (`tessera_dmrg_layouts`); each group
 //!   prints the modelled memory traffic of one application of both chains beside the least
-//!   any chain moves;
+//!   the layouts' three GEMM steps move with nothing permuted;
 //! - `contract/cuda/block_gemm/16x{d}_{type}` and `contract/cuda/heff/chi{chi}`: with
 //!   `--features cuda`, on CUDA device 0, block GEMM and H_eff beside one dense cuBLAS GEMM.
 //!
@@ -475,7 +475,7 @@ fn arranged(
     t.array.permute(&perm, split).unwrap()
 }
 
-/// H_eff as the DMRG engine applies it (`mps/src/dmrg/heff.rs`): `L(a, y | k)`, the pair's
+/// H_eff as the DMRG engine applies it (`mps/src/dmrg/heff.rs`): `L(y, a | k)`, the pair's
 /// MPO tensors contracted into `W(a, s, t | u, v, c)` and `R(r, c | z)` prepared once (as
 /// the engine does once per step), then three steps on `theta(k, s, t | r)`, each writing
 /// the next one's matrix form. Returns the prepared operands and the steps.
@@ -497,25 +497,29 @@ fn heff_in_layouts(tensors: &[(String, Tensor)]) -> ([AsyncArray<f64, U1>; 4], [
     ([left, w, right, theta], steps)
 }
 
-/// The modelled memory traffic of one application of H_eff in the DMRG layouts (see
-/// [`traffic`]) and the least the same three GEMM steps move with nothing permuted (every
-/// operand and intermediate read once, written once), in bytes of f64.
-fn layouts_traffic(operands: &[AsyncArray<f64, U1>; 4], steps: &[Contraction; 3]) -> [u64; 2] {
+/// One application of H_eff in the DMRG layouts, from the plans alone (nothing is
+/// computed): its flops, its modelled memory traffic (see [`traffic`]) and the least the
+/// same three GEMM steps move with nothing permuted (every operand and intermediate read
+/// once, written once), the traffic in bytes of f64.
+fn layouts_profile(operands: &[AsyncArray<f64, U1>; 4], steps: &[Contraction; 3]) -> [u64; 3] {
     let len = |x: &AsyncArray<f64, U1>| x.structure().total_len();
     let [left, w, right, theta] = operands;
-    let t = AsyncArray::zeros(Arc::clone(steps[0].plan(left, theta).unwrap().output()));
-    let u = AsyncArray::zeros(Arc::clone(steps[1].plan(&t, w).unwrap().output()));
+    let first = steps[0].plan(left, theta).unwrap();
+    let t = AsyncArray::zeros(Arc::clone(first.output()));
+    let second = steps[1].plan(&t, w).unwrap();
+    let u = AsyncArray::zeros(Arc::clone(second.output()));
     let plans = [
-        (steps[0].plan(left, theta).unwrap(), len(left), len(theta)),
-        (steps[1].plan(&t, w).unwrap(), len(&t), len(w)),
+        (first, len(left), len(theta)),
+        (second, len(&t), len(w)),
         (steps[2].plan(&u, right).unwrap(), len(&u), len(right)),
     ];
+    let flops = plans.iter().map(|(p, _, _)| p.flops()).sum();
     let layouts: u64 = plans.iter().map(|(p, a, b)| traffic(p, *a, *b)).sum();
     let least: u64 = plans
         .iter()
         .map(|(p, a, b)| (a + b + p.output().total_len()) as u64)
         .sum();
-    [8 * layouts, 8 * least]
+    [flops, 8 * layouts, 8 * least]
 }
 
 fn apply_in_layouts(
@@ -558,15 +562,7 @@ fn heff(c: &mut Criterion) {
                     .all(|(a, b)| (a - b).abs() <= 1e-10 * scale)
             );
         });
-        let flops: u64 = runtime.enter(|| {
-            let [left, w, right, theta] = &operands;
-            let t = steps[0].apply(left, theta).unwrap();
-            let u = steps[1].apply(&t, w).unwrap();
-            steps[0].plan(left, theta).unwrap().flops()
-                + steps[1].plan(&t, w).unwrap().flops()
-                + steps[2].plan(&u, right).unwrap().flops()
-        });
-        let [layouts, least] = runtime.enter(|| layouts_traffic(&operands, &steps));
+        let [flops, layouts, least] = runtime.enter(|| layouts_profile(&operands, &steps));
         let mb = |b: u64| b as f64 / 1e6;
         println!(
             "contract/heff/chi{chi}: memory traffic per application (model): files' chain \
