@@ -152,16 +152,15 @@ fn next_omega(
 ) -> Vec<f64> {
     let k = omega.len() - 1;
     let eps = f64::EPSILON;
+    let rounding = eps * anorm;
     let mut next = Vec::with_capacity(k + 2);
+    // For `i < k` (so `k >= 1`: `beta[k - 1]` and `omega_prev[i]` exist).
     for i in 0..k {
         let mut t = beta[i] * omega[i + 1] + (alpha[i] - alpha[k]) * omega[i];
         if i > 0 {
             t += beta[i - 1] * omega[i - 1];
         }
-        if k > 0 {
-            t -= beta[k - 1] * omega_prev[i];
-        }
-        let rounding = eps * anorm;
+        t -= beta[k - 1] * omega_prev[i];
         next.push((t + rounding.copysign(t)) / b.max(f64::MIN_POSITIVE));
     }
     // Local orthogonality against v_k is kept by the recurrence itself.
