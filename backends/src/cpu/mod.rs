@@ -3,7 +3,8 @@
 //! Owns: scale, axpy, scaled (conjugating, permuting) copies, dot products and squared norms
 //! over [`StridedRef`] / [`StridedMut`]; the copy planner and the vector transposes under the
 //! permuting copies ([`CopyPlan`], [`assign`], module `permute`); GEMM on faer and the faer
-//! matrix views of strided views. Invariant: every kernel either checks that its
+//! matrix views of strided views; contractions with a small operand in one pass over the large
+//! one ([`contract_small`]). Invariant: every kernel either checks that its
 //! operands have equal dims and returns [`ShapeMismatch`] before writing anything, or writes
 //! the whole destination; all loops run over contiguous runs where the layout has them, so the
 //! compiler vectorises the inner loop.
@@ -12,6 +13,7 @@ mod gemm;
 mod matrix;
 mod permute;
 mod placement;
+mod small;
 
 pub use gemm::{GemmShapeMismatch, gemm, gemm_parallelism, gemm_parallelism_alone, gemm_with};
 pub use matrix::{matrix_mut, matrix_ref};
@@ -19,6 +21,7 @@ pub use permute::{
     CopyPlan, Stores, assign, assign_flipped, assign_map, permute_copy, permute_copy_planned,
 };
 pub use placement::{Host, PARALLEL_BLOCK_ELEMS, Parts, fans_out, over_parts, try_over_parts};
+pub use small::{SmallLegs, SmallOutput, SmallPair, SmallShapeMismatch, contract_small};
 
 use crate::Scalar;
 use tessera_core::{StridedMut, StridedRef, zip_runs, zip_runs_ref};
