@@ -10,6 +10,7 @@
 
 use crate::error::Error;
 use crate::plan::Plan;
+use crate::small::SMALL_OPERAND_MIN_ELEMS;
 use crate::spec::Spec;
 use std::any::{Any, TypeId};
 use std::sync::{Arc, OnceLock};
@@ -47,6 +48,9 @@ struct Key {
 /// ```
 pub struct PlanCache {
     plans: LruCache<Key, Arc<dyn Any + Send + Sync>>,
+    /// The least elements of the large operand for which its plans choose
+    /// [`Strategy::SmallOperand`](crate::Strategy::SmallOperand) where it applies.
+    small_operand_min: usize,
 }
 
 impl Default for PlanCache {
@@ -74,7 +78,40 @@ impl PlanCache {
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
             plans: LruCache::new(capacity),
+            small_operand_min: SMALL_OPERAND_MIN_ELEMS,
         }
+    }
+
+    /// This cache with plans that choose [`Strategy::SmallOperand`](crate::Strategy::SmallOperand)
+    /// where it applies and the large operand has at least `elems` elements (by default
+    /// [`SMALL_OPERAND_MIN_ELEMS`]): 0 takes it wherever it applies, `usize::MAX` never (every
+    /// contraction then runs as GEMMs on matrix forms, as a device runs it: to compare the
+    /// two, or to time the GEMMs).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
+    /// use tessera_contract::{Contraction, PlanCache, Strategy};
+    ///
+    /// let v = Leg::new(Direction::In, [(U1(0), 40), (U1(1), 30)])?;
+    /// let p = Leg::new(Direction::In, [(U1(0), 1), (U1(1), 1)])?;
+    /// let x = BlockStructure::new(vec![v.clone(), p.clone()], vec![v.dual()], U1(0))?;
+    /// let gate = BlockStructure::new(vec![p.dual()], vec![p.clone()], U1(0))?;
+    /// let (x, g) = (AsyncArray::<f64, U1>::random(x, 1), AsyncArray::<f64, U1>::random(gate, 2));
+    /// // The gate on the middle leg: X would be permuted for a GEMM.
+    /// let spec = Contraction::new("ysr,st->ytr")?;
+    /// let always = spec.clone().with_cache(Arc::new(PlanCache::new().with_small_operand_min(0)));
+    /// assert_eq!(always.plan(&x, &g)?.strategy(), Strategy::SmallOperand);
+    /// let never = PlanCache::new().with_small_operand_min(usize::MAX);
+    /// let gemms = spec.clone().with_cache(Arc::new(never));
+    /// assert_eq!(gemms.plan(&x, &g)?.strategy(), Strategy::SectorGemms);
+    /// let (one, two) = (always.apply(&x, &g)?.to_dense()?, gemms.apply(&x, &g)?.to_dense()?);
+    /// assert!(one.iter().zip(&two).all(|(a, b)| (a - b).abs() < 1e-12));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_small_operand_min(mut self, elems: usize) -> Self {
+        self.small_operand_min = elems;
+        self
     }
 
     /// The process-wide cache (of [`DEFAULT_PLAN_CAPACITY`] plans until
@@ -111,7 +148,7 @@ impl PlanCache {
                 .expect("the key holds the sector type"));
         }
         // Planned outside the lock: planning a large contraction must not stall others.
-        let plan = Arc::new(Plan::build::<T>(spec, conj, a, b)?);
+        let plan = Arc::new(Plan::build::<T>(spec, conj, a, b, self.small_operand_min)?);
         self.plans.insert(key, Arc::clone(&plan) as _);
         Ok(plan)
     }

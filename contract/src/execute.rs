@@ -197,7 +197,7 @@ pub(crate) fn matrix_form<T: Field, S: AbelianSector>(
 }
 
 /// One task that sets blocks `ids` of `x` to zero (overwrites: nothing is read).
-fn zero_blocks<T: Field, S: AbelianSector>(
+pub(crate) fn zero_blocks<T: Field, S: AbelianSector>(
     x: &AsyncArray<T, S>,
     ids: &[usize],
 ) -> Result<(), Error> {
@@ -229,6 +229,9 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
     c: &AsyncArray<T, S>,
     fresh: bool,
 ) -> Result<(), Error> {
+    if let Some(small) = &plan.small {
+        return crate::small::submit(plan, small, alpha, a, b, beta, c, fresh);
+    }
     let a_tmp = matrix_form(plan, 0, a)?;
     let b_tmp = matrix_form(plan, 1, b)?;
     let am = a_tmp.as_ref().unwrap_or(a);

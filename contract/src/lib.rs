@@ -36,7 +36,9 @@
 //!
 //! The sign depends on the contracted sectors only, so it is folded into the permutation of
 //! one operand (a sign-only copy when neither is permuted); the host plans and the device
-//! lowering run the same plan. Consequences:
+//! lowering run the same plan. (A host plan that applies a small operand in one pass,
+//! [`Strategy::SmallOperand`], permutes nothing: each pair of blocks carries the product of
+//! the signs the permutations and the pairing would give it.) Consequences:
 //!
 //! - A matrix product `A(i, j) B(j, k)` with `j` an `Out` leg on `A` (the codomain `In`, the
 //!   domain `Out`, as [`BlockStructure::new`](tessera_blocks::BlockStructure::new)`([v], [w.dual()])`
@@ -90,6 +92,7 @@ mod execute;
 mod network;
 mod operand;
 mod plan;
+mod small;
 mod spec;
 
 pub use cache::{DEFAULT_PLAN_CAPACITY, PlanCache};
@@ -98,4 +101,5 @@ pub use execute::Contraction;
 pub use network::{MAX_EXHAUSTIVE, Network, Order};
 pub use operand::{Executor, Operand};
 pub use plan::{Plan, Strategy};
+pub use small::{SMALL_COEFFICIENTS, SMALL_OPERAND_MIN_ELEMS};
 pub use spec::{MAX_LEGS, Spec};

@@ -15,6 +15,7 @@
 //!   block it touches once, so a group's accesses never alias.
 
 use crate::error::Error;
+use crate::small::SmallPlan;
 use crate::spec::Spec;
 use hashbrown::HashMap;
 use smallvec::SmallVec;
@@ -42,6 +43,11 @@ pub enum Strategy {
     BlockPairs,
     /// Some sectors one way, some the other.
     Mixed,
+    /// No GEMM on the host: the small operand's blocks applied in one pass over the large
+    /// operand, which is read and whose product is written in their own layouts (no matrix
+    /// forms; see [`SMALL_COEFFICIENTS`](crate::SMALL_COEFFICIENTS)). A device runs the
+    /// plan's GEMMs.
+    SmallOperand,
     /// No GEMM at all (no pair of blocks meets).
     Empty,
 }
@@ -52,6 +58,9 @@ impl fmt::Display for Strategy {
             Strategy::SectorGemms => "one GEMM per coupled sector on coalesced sector matrices",
             Strategy::BlockPairs => "GEMMs on strided block pairs",
             Strategy::Mixed => "sector GEMMs where sectors line up, block pairs elsewhere",
+            Strategy::SmallOperand => {
+                "the small operand applied in one pass over the large one, no matrix forms"
+            }
             Strategy::Empty => "no GEMM",
         })
     }
@@ -210,7 +219,7 @@ fn full_sector_gemm<S: AbelianSector>(
 
 /// The pairs of blocks `(A' block, B' block)` that meet, grouped by the product block they
 /// write (compressed rows: one allocation, whatever the block count).
-struct PairTable {
+pub(crate) struct PairTable {
     starts: Vec<usize>,
     pairs: Vec<(usize, usize)>,
 }
@@ -218,7 +227,7 @@ struct PairTable {
 impl PairTable {
     /// From `(product block, A' block, B' block)` triples, by a counting sort: stable, so
     /// each product block's pairs keep the order they were found in.
-    fn new(blocks: usize, met: &[(usize, usize, usize)]) -> Self {
+    pub(crate) fn new(blocks: usize, met: &[(usize, usize, usize)]) -> Self {
         let mut starts = vec![0usize; blocks + 1];
         for &(ci, _, _) in met {
             starts[ci + 1] += 1;
@@ -238,7 +247,7 @@ impl PairTable {
         Self { starts, pairs }
     }
 
-    fn of(&self, ci: usize) -> &[(usize, usize)] {
+    pub(crate) fn of(&self, ci: usize) -> &[(usize, usize)] {
         &self.pairs[self.starts[ci]..self.starts[ci + 1]]
     }
 }
@@ -294,6 +303,9 @@ pub struct Plan<S: AbelianSector> {
     batches: OnceLock<[SectorBatches<S>; 3]>,
     /// Product blocks no pair writes (zero, or only scaled by `beta`).
     pub(crate) idle: Vec<usize>,
+    /// The host's plan when one operand is small and the GEMMs would need a permutation of
+    /// the other or of the product (see [`crate::small`]).
+    pub(crate) small: Option<SmallPlan>,
     /// Codomain legs of `A'` and of `B'` (the row folds of their block matrices).
     pub(crate) rows: [usize; 2],
     gemms: usize,
@@ -332,7 +344,7 @@ fn operand<S: AbelianSector>(
 /// nest, `... k1 k2 | k2 k1 ...`, to be evaluated one by one), times `(-1)` per odd pair whose
 /// `A` leg is `In` (a ket before its bra is swapped past it before it is evaluated). See the
 /// crate docs' "Fermionic sign convention".
-fn pairing_negative<S: AbelianSector>(k: &[S], a_in: &[bool]) -> bool {
+pub(crate) fn pairing_negative<S: AbelianSector>(k: &[S], a_in: &[bool]) -> bool {
     let mut odd_before = 0_usize;
     let mut m = 0_usize;
     for (s, &is_in) in k.iter().zip(a_in) {
@@ -390,7 +402,7 @@ fn pairing_signs<S: AbelianSector>(
     Ok(())
 }
 
-fn effective<S: AbelianSector>(leg: &Leg<S>, conj: bool) -> Leg<S> {
+pub(crate) fn effective<S: AbelianSector>(leg: &Leg<S>, conj: bool) -> Leg<S> {
     if conj { leg.dual() } else { leg.clone() }
 }
 
@@ -403,12 +415,15 @@ fn position(labels: &[char], c: char) -> usize {
 
 impl<S: AbelianSector> Plan<S> {
     /// Plans `spec` for operands with structures `a` and `b` (conjugated where `conj` says)
-    /// and elements of type `T`.
+    /// and elements of type `T`; `small_min`: the least elements of the large operand for
+    /// which the host applies a small operand in one pass ([`Strategy::SmallOperand`]) where
+    /// the GEMMs would permute.
     pub(crate) fn build<T: Scalar>(
         spec: &Spec,
         conj: [bool; 2],
         a: &Arc<BlockStructure<S>>,
         b: &Arc<BlockStructure<S>>,
+        small_min: usize,
     ) -> Result<Self, Error> {
         for (operand, labels, s) in [("A", spec.a(), a), ("B", spec.b(), b)] {
             if labels.len() != s.num_legs() {
@@ -636,6 +651,17 @@ impl<S: AbelianSector> Plan<S> {
         if !group.c.is_empty() {
             groups.push(group);
         }
+        // The GEMM plan moves the large operand or its product through a temporary: the small
+        // operand's blocks can be applied in place instead. (Kept beside the GEMMs, which a
+        // device runs.)
+        let big_permuted = if a.total_len() >= b.total_len() {
+            op_a.permute.is_some()
+        } else {
+            op_b.permute.is_some()
+        };
+        let small = (big_permuted || output_permute.is_some())
+            .then(|| SmallPlan::build::<T, S>(spec, conj, a, b, &output, small_min))
+            .flatten();
         let elem_bytes = std::mem::size_of::<T>();
         let temp_elems = [&op_a, &op_b]
             .iter()
@@ -656,6 +682,7 @@ impl<S: AbelianSector> Plan<S> {
             sector_groups,
             batches: OnceLock::new(),
             idle,
+            small,
             rows: [nfa, nk],
             gemms,
             flops,
@@ -708,6 +735,9 @@ impl<S: AbelianSector> Plan<S> {
 
     /// How the GEMMs are laid out.
     pub fn strategy(&self) -> Strategy {
+        if self.small.is_some() {
+            return Strategy::SmallOperand;
+        }
         match (self.sector_gemms.is_empty(), self.groups.is_empty()) {
             (false, true) => Strategy::SectorGemms,
             (true, false) => Strategy::BlockPairs,
@@ -716,30 +746,49 @@ impl<S: AbelianSector> Plan<S> {
         }
     }
 
-    /// How many GEMMs run.
+    /// How many GEMMs run on the host (none with [`Strategy::SmallOperand`], whose pairs of
+    /// blocks are [`small_pairs`](Plan::small_pairs)).
     pub fn gemms(&self) -> usize {
-        self.gemms
+        if self.small.is_some() { 0 } else { self.gemms }
     }
 
-    /// How many tasks the GEMMs are grouped into (small GEMMs share a task).
+    /// How many pairs of blocks the small operand's pass applies (0 unless the strategy is
+    /// [`Strategy::SmallOperand`]).
+    pub fn small_pairs(&self) -> usize {
+        self.small.as_ref().map_or(0, |s| s.pairs)
+    }
+
+    /// How many tasks the host runs (small GEMMs share a task).
     pub fn tasks(&self) -> usize {
-        self.sector_groups.len() + self.groups.len()
+        match &self.small {
+            Some(s) => s.tasks(),
+            None => self.sector_groups.len() + self.groups.len(),
+        }
     }
 
-    /// How many product sectors run as one GEMM on coalesced sector matrices.
+    /// How many product sectors run as one GEMM on coalesced sector matrices on the host.
     pub fn sector_gemms(&self) -> usize {
-        self.sector_gemms.len()
+        if self.small.is_some() {
+            0
+        } else {
+            self.sector_gemms.len()
+        }
     }
 
     /// The flops of the GEMMs (`2 m n k` each, `8 m n k` for complex elements).
     pub fn flops(&self) -> u64 {
-        self.flops
+        self.small.as_ref().map_or(self.flops, |s| s.flops)
     }
 
-    /// The bytes of the temporaries a new output needs (operands and product brought to
-    /// matrix form); accumulating into a permuted output needs one more output-sized one.
+    /// The bytes of the temporaries a new output needs on the host (operands and product
+    /// brought to matrix form; none with [`Strategy::SmallOperand`]); accumulating into a
+    /// permuted output needs one more output-sized one.
     pub fn temporary_bytes(&self) -> usize {
-        self.temp_bytes
+        if self.small.is_some() {
+            0
+        } else {
+            self.temp_bytes
+        }
     }
 
     /// The bytes the plan's own tables hold (its GEMM groups and sector runs, idle blocks,
@@ -769,6 +818,7 @@ impl<S: AbelianSector> Plan<S> {
             })
             .sum();
         size_of::<Self>()
+            + self.small.as_ref().map_or(0, SmallPlan::memory_bytes)
             + groups
             + permutes
             + self.sector_gemms.capacity() * size_of::<SectorGemm>()
@@ -776,16 +826,18 @@ impl<S: AbelianSector> Plan<S> {
             + self.idle.capacity() * size_of::<usize>()
     }
 
-    /// Whether operand `A` (0) or `B` (1) is permuted into a temporary first.
+    /// Whether operand `A` (0) or `B` (1) is permuted into a temporary first on the host.
     pub fn permutes_operand(&self, which: usize) -> bool {
-        self.operands
-            .get(which)
-            .is_some_and(|o| o.permute.is_some())
+        self.small.is_none()
+            && self
+                .operands
+                .get(which)
+                .is_some_and(|o| o.permute.is_some())
     }
 
-    /// Whether the product is permuted into the output's leg order at the end.
+    /// Whether the product is permuted into the output's leg order at the end on the host.
     pub fn permutes_output(&self) -> bool {
-        self.output_permute.is_some()
+        self.small.is_none() && self.output_permute.is_some()
     }
 
     /// Whether this plan was made for operands with these structures: the same shared
@@ -808,39 +860,52 @@ impl<S: AbelianSector> fmt::Display for Plan<S> {
             yes(self.conj[0]),
             yes(self.conj[1])
         )?;
-        for (name, o) in ["A", "B"].iter().zip(&self.operands) {
-            match &o.permute {
-                None => writeln!(f, "  {name}: used as stored")?,
+        if let Some(small) = &self.small {
+            writeln!(f, "  A, B and output: used as stored")?;
+            writeln!(
+                f,
+                "  strategy: {}: {} pairs of blocks into {} output blocks in {} tasks",
+                self.strategy(),
+                small.pairs,
+                self.output.num_blocks() - small.idle_blocks(),
+                small.tasks()
+            )?;
+        } else {
+            for (name, o) in ["A", "B"].iter().zip(&self.operands) {
+                match &o.permute {
+                    None => writeln!(f, "  {name}: used as stored")?,
+                    Some((perm, _)) => writeln!(
+                        f,
+                        "  {name}: permuted {perm:?} into a temporary of {} bytes",
+                        o.matrix.total_len() * self.elem_bytes
+                    )?,
+                }
+            }
+            match &self.output_permute {
+                None => writeln!(f, "  output: written in place")?,
                 Some((perm, _)) => writeln!(
                     f,
-                    "  {name}: permuted {perm:?} into a temporary of {} bytes",
-                    o.matrix.total_len() * self.elem_bytes
+                    "  output: product in a temporary of {} bytes, then permuted {perm:?}",
+                    self.product.total_len() * self.elem_bytes
                 )?,
             }
-        }
-        match &self.output_permute {
-            None => writeln!(f, "  output: written in place")?,
-            Some((perm, _)) => writeln!(
+            writeln!(
                 f,
-                "  output: product in a temporary of {} bytes, then permuted {perm:?}",
-                self.product.total_len() * self.elem_bytes
-            )?,
+                "  strategy: {}: {} GEMMs ({} on sector matrices) into {} output blocks in {} \
+                 tasks",
+                self.strategy(),
+                self.gemms,
+                self.sector_gemms.len(),
+                self.product.num_blocks() - self.idle.len(),
+                self.tasks()
+            )?;
         }
-        writeln!(
-            f,
-            "  strategy: {}: {} GEMMs ({} on sector matrices) into {} output blocks in {} tasks",
-            self.strategy(),
-            self.gemms,
-            self.sector_gemms.len(),
-            self.product.num_blocks() - self.idle.len(),
-            self.tasks()
-        )?;
         write!(
             f,
             "  cost: {} flop ({:.3} GFLOP), temporaries {} bytes, plan {} bytes",
-            self.flops,
-            self.flops as f64 * 1e-9,
-            self.temp_bytes,
+            self.flops(),
+            self.flops() as f64 * 1e-9,
+            self.temporary_bytes(),
             self.memory_bytes()
         )
     }

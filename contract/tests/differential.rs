@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tessera_backends::{Field, Scalar};
 use tessera_blocks::testing::{Kind, random_leg, random_mask};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Direction, Leg};
-use tessera_contract::{Contraction, PlanCache, Spec};
+use tessera_contract::{Contraction, PlanCache, Spec, Strategy};
 use tessera_testing::{Approx, Lazy, assert_close_in_norm, unravel_into};
 
 /// A dense tensor: column-major, first leg fastest, with its legs.
@@ -264,57 +264,70 @@ fn reference<T: Scalar, S: AbelianSector>(
 
 fn differential<T: Field + Approx, S: Kind>(seed: u64, cases: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let cache = Arc::new(PlanCache::new());
-    let (mut sector_plans, mut pair_plans) = (0, 0);
+    // Every case runs with a small operand applied in one pass wherever that saves a
+    // permutation (whatever the size), and as GEMMs on matrix forms only (what a device runs).
+    let caches = [
+        Arc::new(PlanCache::new().with_small_operand_min(0)),
+        Arc::new(PlanCache::new().with_small_operand_min(usize::MAX)),
+    ];
+    let (mut sector_plans, mut pair_plans, mut small_plans) = (0, 0, 0);
     for n in 0..cases {
         let case = random_case::<S>(&mut rng);
         let a = AsyncArray::<T, S>::random(Arc::clone(&case.a), rng.r#gen());
         let b = AsyncArray::<T, S>::random(Arc::clone(&case.b), rng.r#gen());
-        let mut c = Contraction::from_spec(case.spec.clone()).with_cache(Arc::clone(&cache));
-        if case.conj[0] {
-            c = c.conj_a();
-        }
-        if case.conj[1] {
-            c = c.conj_b();
-        }
-        let plan = c.plan(&a, &b).unwrap();
-        sector_plans += usize::from(plan.sector_gemms() > 0);
-        pair_plans += usize::from(plan.gemms() > plan.sector_gemms());
-        let what = || format!("{} case {n}: {plan}", std::any::type_name::<S>());
         let (da, db) = (a.to_dense().unwrap(), b.to_dense().unwrap());
         let alpha = T::from_c64(Complex64::new(
             rng.gen_range(-2.0..2.0),
             rng.gen_range(-1.0..1.0),
         ));
-        let out = c.apply_scaled(alpha, &a, &b).unwrap();
-        assert_eq!(out.structure(), plan.output());
-        let got = out.to_dense().unwrap();
-        let want = reference(&case, &da, &db, alpha, T::ZERO, &vec![T::ZERO; got.len()]);
-        assert_close_in_norm(&got, &want, 1e-12, Lazy(&what));
-        // Accumulate into an existing output, with beta in {0, 1, other}. With beta = 0 the
-        // old C is ignored (BLAS's rule), so it is all NaN there: any read of it shows.
-        let acc = AsyncArray::<T, S>::random(Arc::clone(plan.output()), rng.r#gen());
         let beta = [T::ZERO, T::ONE, T::from_f64(-0.75)][n % 3];
-        if beta == T::ZERO {
-            acc.scale(T::from_f64(f64::NAN));
+        let acc_seed: u64 = rng.r#gen();
+        for cache in &caches {
+            let mut c = Contraction::from_spec(case.spec.clone()).with_cache(Arc::clone(cache));
+            if case.conj[0] {
+                c = c.conj_a();
+            }
+            if case.conj[1] {
+                c = c.conj_b();
+            }
+            let plan = c.plan(&a, &b).unwrap();
+            sector_plans += usize::from(plan.sector_gemms() > 0);
+            pair_plans += usize::from(plan.gemms() > plan.sector_gemms());
+            small_plans += usize::from(plan.strategy() == Strategy::SmallOperand);
+            let what = || format!("{} case {n}: {plan}", std::any::type_name::<S>());
+            let out = c.apply_scaled(alpha, &a, &b).unwrap();
+            assert_eq!(out.structure(), plan.output());
+            let got = out.to_dense().unwrap();
+            let want = reference(&case, &da, &db, alpha, T::ZERO, &vec![T::ZERO; got.len()]);
+            assert_close_in_norm(&got, &want, 1e-12, Lazy(&what));
+            // Accumulate into an existing output, with beta in {0, 1, other}. With beta = 0
+            // the old C is ignored (BLAS's rule), so it is all NaN there: any read of it
+            // shows.
+            let acc = AsyncArray::<T, S>::random(Arc::clone(plan.output()), acc_seed);
+            if beta == T::ZERO {
+                acc.scale(T::from_f64(f64::NAN));
+            }
+            let c0 = if beta == T::ZERO {
+                vec![T::ZERO; got.len()]
+            } else {
+                acc.to_dense().unwrap()
+            };
+            c.apply_into_scaled(alpha, &a, &b, beta, &acc).unwrap();
+            let want = reference(&case, &da, &db, alpha, beta, &c0);
+            assert_close_in_norm(&acc.to_dense().unwrap(), &want, 1e-12, Lazy(&what));
         }
-        let c0 = if beta == T::ZERO {
-            vec![T::ZERO; got.len()]
-        } else {
-            acc.to_dense().unwrap()
-        };
-        c.apply_into_scaled(alpha, &a, &b, beta, &acc).unwrap();
-        let want = reference(&case, &da, &db, alpha, beta, &c0);
-        assert_close_in_norm(&acc.to_dense().unwrap(), &want, 1e-12, Lazy(&what));
     }
+    for cache in &caches {
+        assert!(
+            cache.hits() >= cases as u64,
+            "every case plans once and hits twice"
+        );
+    }
+    // Every strategy was exercised.
     assert!(
-        cache.hits() >= cases as u64,
-        "every case plans once and hits twice"
-    );
-    // Both strategies were exercised.
-    assert!(
-        sector_plans > cases / 10 && pair_plans > cases / 30,
-        "{}: {sector_plans} plans with sector GEMMs, {pair_plans} with block pairs",
+        sector_plans > cases / 10 && pair_plans > cases / 30 && small_plans > cases / 15,
+        "{}: {sector_plans} plans with sector GEMMs, {pair_plans} with block pairs, \
+         {small_plans} with a small operand",
         std::any::type_name::<S>()
     );
 }
