@@ -490,8 +490,8 @@ fn heff_in_layouts(tensors: &[(String, Tensor)]) -> ([AsyncArray<f64, U1>; 4], [
     let right = arranged(tensors, "RP", &["vL", "wL", "vL*"], 2);
     let theta = arranged(tensors, "theta", &["vL", "p0", "p1", "vR"], 3);
     let steps = [
-        Contraction::new("yak,kstr->yr|ast").unwrap(),
-        Contraction::new("yrast,astuvc->yuv|rc").unwrap(),
+        Contraction::new("yak,kstr->ya|str").unwrap(),
+        Contraction::new("yastr,astuvc->yuv|rc").unwrap(),
         Contraction::new("yuvrc,rcz->yuv|z").unwrap(),
     ];
     ([left, w, right, theta], steps)
@@ -580,6 +580,40 @@ fn heff(c: &mut Criterion) {
                     .unwrap()
             })
         });
+        // The same chain with every step run as GEMMs on matrix forms (what a device runs):
+        // the baseline of the operator step's one pass.
+        let gemm_only = Arc::new(PlanCache::new().with_small_operand_min(usize::MAX));
+        let gemm_steps = steps.clone().map(|s| s.with_cache(Arc::clone(&gemm_only)));
+        group.bench_function("tessera_dmrg_layouts_gemm_only", |bch| {
+            bch.iter(|| {
+                runtime
+                    .enter(|| apply_in_layouts(&operands, &gemm_steps))
+                    .wait()
+                    .unwrap()
+            })
+        });
+        // The operator step alone, as the host plans it (one pass, no matrix forms) and as
+        // GEMMs on matrix forms (permuted operand and product).
+        let x = runtime.enter(|| steps[0].apply(&operands[0], &operands[3]).unwrap());
+        x.wait().unwrap();
+        let gemm_only = Arc::new(PlanCache::new().with_small_operand_min(usize::MAX));
+        for (name, step) in [
+            (
+                "operator_step_small_operand",
+                steps[1]
+                    .clone()
+                    .with_cache(Arc::new(PlanCache::new().with_small_operand_min(0))),
+            ),
+            ("operator_step_gemm", steps[1].clone().with_cache(gemm_only)),
+        ] {
+            group.bench_function(name, |bch| {
+                bch.iter(|| {
+                    runtime
+                        .enter(|| step.apply(&x, &operands[1]).unwrap())
+                        .wait()
+                })
+            });
+        }
         let (net, arrays) = heff_network(&tensors, &chain);
         let order: Order = net.optimal().unwrap();
         group.throughput(Throughput::Elements(order.flops));

@@ -56,7 +56,7 @@ impl<S: AbelianSector, P: Placement<f64>> std::ops::Deref for Signed<'_, S, P> {
 pub(crate) struct Contractions {
     /// `(L theta) W R`: `theta(k, s, t | r) -> (y, u, v | z)`, with `L` as `(y, a | k)` and
     /// `W = W_i W_{i+1}` as `(a, s, t | u, v, c)` (see [`EffectiveHamiltonian`]); each step's
-    /// output is the next step's matrix form.
+    /// output is what the next step reads in place.
     pub(crate) heff: [Contraction; 3],
     /// The last step of `heff` for a pair split as [`Dmrg::pair`](super::Dmrg::pair) returns
     /// it, `(y, u | v, z)`.
@@ -81,8 +81,8 @@ impl Contractions {
     pub(crate) fn new() -> Result<Self> {
         Ok(Self {
             heff: [
-                Contraction::new("yak,kstr->yr|ast")?,
-                Contraction::new("yrast,astuvc->yuv|rc")?,
+                Contraction::new("yak,kstr->ya|str")?,
+                Contraction::new("yastr,astuvc->yuv|rc")?,
                 Contraction::new("yuvrc,rcz->yuv|z")?,
             ],
             heff_pair: Contraction::new("yuvrc,rcz->yu|vz")?,
@@ -121,12 +121,15 @@ pub(crate) fn sweep_order<S: AbelianSector, P: Placement<f64>>(
 /// Built once per step, it holds its constant operands in the layouts its contractions take
 /// them in: the left environment permuted once to `(y, a | k)`, the pair's two MPO tensors
 /// contracted into one operator `W(a, s, t | u, v, c)` (a few hundred elements), the right
-/// environment `(r, c | z)` as stored. Each step writes its output in the next step's matrix
-/// form, so applying it to `theta(k, s, t | r)` (the form [`lanczos`] runs in) is three GEMM
-/// steps and three passes over memory besides them: `theta` re-split to `(k | s, t, r)` and
-/// two permuted outputs, both of which keep the bond leg `y` first and so copy whole runs of
-/// it. Before, the two MPO tensors were applied one at a time and nothing was held in place:
-/// four steps and nine passes.
+/// environment `(r, c | z)` as stored. Applying it to `theta(k, s, t | r)` (the form
+/// [`lanczos`] runs in) is a GEMM `L theta` into `(y, a | s, t, r)`, the operator applied
+/// to that in one pass ([`Strategy::SmallOperand`]: its blocks have at most a few dozen
+/// elements, so the pass reads the GEMM's product in place and writes `(y, u, v | r, c)`
+/// directly), and a GEMM with `R` into `theta`'s form. One pass over memory besides them:
+/// `theta` re-split to `(k | s, t, r)`. Before, the MPO tensors were applied one at a time
+/// and nothing was held in place: four steps and nine passes.
+///
+/// [`Strategy::SmallOperand`]: tessera_contract::Strategy::SmallOperand
 ///
 /// [`lanczos`]: super::lanczos
 #[derive(Debug)]
