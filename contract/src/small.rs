@@ -36,9 +36,10 @@ pub const SMALL_COEFFICIENTS: usize = 64;
 
 /// The least elements of the large operand for which a plan takes the one pass, unless its
 /// [`PlanCache`](crate::PlanCache) says otherwise: 2^18 (2 MiB of f64). On the two-core
-/// development machine the pass beats permutation + GEMM + permutation from about there
-/// (the DMRG operator step at chi 1024, 10^6 elements: 6.0-7.2 ms against 7.1-8.1 ms), and
-/// loses below it (chi 256, 2.6 10^5 elements: 0.46-0.53 ms against 0.33-0.47 ms).
+/// development machine (bench `contract/heff/chi*/operator_step_*`, the DMRG operator step)
+/// the pass beats permutation + GEMM + permutation above it (chi 512, 10^6 elements: 2.2
+/// against 3.0 ms; chi 1024, 4 10^6: 6.4 against 8.0 ms) and loses below it (chi 256,
+/// 2.6 10^5: 0.55 against 0.45 ms; chi 128: 0.28 against 0.17 ms).
 pub const SMALL_OPERAND_MIN_ELEMS: usize = 1 << 18;
 
 /// The most pairs of blocks per block of the large operand, on average: past it, the large
