@@ -1,6 +1,7 @@
 //! Tessera's symmetric block-sparse tensors.
 //!
-//! Owns: [sectors](sector) (symmetry labels, fusion, fermionic grading), [legs](leg)
+//! Owns: [sectors](sector) (symmetry labels, fusion, fermionic grading; the SU(2) spin
+//! sector and its exact coupling coefficients in [`su2`]), [legs](leg)
 //! (segments of sectors with a direction), [block structures](structure) (which blocks a
 //! tensor has and where each lives in its one sector-major allocation), and [`Tensor`]: one
 //! allocation on a placement (host memory, [`AsyncArray`]; a CUDA device, `DeviceArray`),
@@ -61,6 +62,7 @@ mod lookup;
 mod ops;
 pub mod sector;
 pub mod structure;
+pub mod su2;
 mod tensor;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -76,6 +78,7 @@ pub use sector::{
     Z2, Zn,
 };
 pub use structure::{Block, BlockStructure, CoupledSector, Permuted, Remapped};
+pub use su2::SU2;
 #[cfg(feature = "cuda")]
 pub use tensor::DeviceArray;
 pub use tensor::{

@@ -35,7 +35,8 @@
 //! [`fuse_abelian`](AbelianSector::fuse_abelian) is the allocation-free fast path that the
 //! sector-tuple block structures of this crate are built on.
 //!
-//! SU(2) fits as follows, without changing this trait:
+//! SU(2) fits as follows, without changing this trait (the sector and its exact coupling
+//! coefficients are [`crate::su2`]; the fusion-tree structures are still to come):
 //!
 //! - `struct SU2 { two_j: u32 }` implements [`Sector`] with `FUSION = Simple`;
 //!   `fuse(j1, j2)` yields `|j1 - j2|, ..., j1 + j2` (a [`Fusions::many`]), `qdim() = 2j + 1`,
