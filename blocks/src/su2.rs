@@ -4,7 +4,8 @@
 //! (`±sqrt(p/q)`, the form every SU(2) coupling coefficient takes), the Clebsch-Gordan
 //! coefficients [`clebsch_gordan`], the Wigner 6j symbols [`six_j`], the recoupling
 //! (F) and braiding (R) symbols built on them ([`f_symbol`], [`r_symbol`]), and the
-//! process-wide cache they are served from ([`coefficient_cache_stats`]).
+//! process-wide cache they are served from ([`coefficient_cache_stats`]); splitting trees and
+//! the permutation transformers acting on them are in [`tree`].
 //!
 //! Invariants:
 //!
@@ -446,6 +447,8 @@ pub fn r_symbol(two_a: u32, two_b: u32, two_c: u32) -> Option<i8> {
     let (a, b, c) = (i64::from(two_a), i64::from(two_b), i64::from(two_c));
     triangle(a, b, c).then_some(if ((a + b - c) / 2) % 2 == 0 { 1 } else { -1 })
 }
+
+pub mod tree;
 
 #[cfg(test)]
 mod tests;
