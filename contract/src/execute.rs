@@ -22,9 +22,9 @@ use tessera_backends::cpu::{
     gemm_parallelism, gemm_parallelism_alone, gemm_with, matrix_mut, matrix_ref,
 };
 use tessera_backends::{Field, Scalar};
-use tessera_blocks::{AbelianSector, AsyncArray, Blocks};
+use tessera_blocks::{AbelianSector, AsyncArray, BlockRegion, Blocks};
 use tessera_coalesce::Coalesce;
-use tessera_core::{Alias, Runtime, schedule_named};
+use tessera_core::{Alias, ReadBuffer, Runtime, WriteBuffer, schedule_named};
 
 /// A pairwise contraction: a [`Spec`], whether each operand is conjugated, and the plan cache
 /// it plans through.
@@ -196,6 +196,37 @@ pub(crate) fn matrix_form<T: Field, S: AbelianSector>(
     Ok(Some(tmp))
 }
 
+/// Read grants on blocks `ids` of `x`, for one task.
+pub(crate) fn block_reads<T: Field, S: AbelianSector>(
+    x: &AsyncArray<T, S>,
+    ids: &[usize],
+) -> Result<Vec<ReadBuffer<BlockRegion<T>>>, Error> {
+    Ok(ids
+        .iter()
+        .map(|&i| x.block(i).map(Alias::into_read))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Write grants on blocks `ids` of `x`, for one task: overwrites (the old elements are not
+/// read) where `overwrite`.
+pub(crate) fn block_writes<T: Field, S: AbelianSector>(
+    x: &AsyncArray<T, S>,
+    ids: &[usize],
+    overwrite: bool,
+) -> Result<Vec<WriteBuffer<BlockRegion<T>>>, Error> {
+    let grant = |a: Alias<BlockRegion<T>>| {
+        if overwrite {
+            a.into_overwrite()
+        } else {
+            a.into_write()
+        }
+    };
+    Ok(ids
+        .iter()
+        .map(|&i| x.block(i).map(grant))
+        .collect::<Result<_, _>>()?)
+}
+
 /// One task that sets blocks `ids` of `x` to zero (overwrites: nothing is read).
 pub(crate) fn zero_blocks<T: Field, S: AbelianSector>(
     x: &AsyncArray<T, S>,
@@ -260,29 +291,8 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
             gemm_with(par, c, beta, a, conj_a, b, conj_b, alpha)
         };
     for (g, group) in plan.groups.iter().enumerate() {
-        let reads_a = group
-            .a
-            .iter()
-            .map(|&i| am.block(i).map(Alias::into_read))
-            .collect::<Result<Vec<_>, _>>()?;
-        let reads_b = group
-            .b
-            .iter()
-            .map(|&i| bm.block(i).map(Alias::into_read))
-            .collect::<Result<Vec<_>, _>>()?;
-        let writes = group
-            .c
-            .iter()
-            .map(|&i| {
-                target.block(i).map(|x| {
-                    if overwrite {
-                        x.into_overwrite()
-                    } else {
-                        x.into_write()
-                    }
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let (reads_a, reads_b) = (block_reads(am, &group.a)?, block_reads(bm, &group.b)?);
+        let writes = block_writes(target, &group.c, overwrite)?;
         let plan = Arc::clone(plan);
         schedule_named(
             "contract.gemm_pairs",

@@ -16,7 +16,7 @@
 //! - Each output block is written by exactly one task, which lists it once; blocks no pair
 //!   writes are the plan's `idle` ones, as in the GEMM plan.
 
-use crate::execute::zero_blocks;
+use crate::execute::{block_reads, block_writes, zero_blocks};
 use crate::plan::{PairTable, Plan, pairing_negative};
 use crate::spec::Spec;
 use crate::{Error, plan::effective};
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use tessera_backends::cpu::{SmallLegs, SmallOutput, SmallPair, contract_small};
 use tessera_backends::{Field, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, Block, BlockStructure, Blocks, Direction};
-use tessera_core::{Alias, schedule_named};
+use tessera_core::schedule_named;
 
 /// The most elements a block of the small operand may have: a pass over the large operand
 /// then does at most this many multiply-adds per element it reads, which two cores finish
@@ -374,25 +374,8 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
         [plan.conj[1], plan.conj[0]]
     };
     for (g, group) in small.groups.iter().enumerate() {
-        let reads = |arr: &AsyncArray<T, S>, ids: &[usize]| {
-            ids.iter()
-                .map(|&i| arr.block(i).map(Alias::into_read))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        let (reads_x, reads_y) = (reads(x, &group.x)?, reads(y, &group.y)?);
-        let writes = group
-            .c
-            .iter()
-            .map(|&i| {
-                c.block(i).map(|v| {
-                    if overwrite {
-                        v.into_overwrite()
-                    } else {
-                        v.into_write()
-                    }
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let (reads_x, reads_y) = (block_reads(x, &group.x)?, block_reads(y, &group.y)?);
+        let writes = block_writes(c, &group.c, overwrite)?;
         let plan = Arc::clone(plan);
         schedule_named(
             "contract.small_operand",
