@@ -349,27 +349,6 @@ unsafe fn columns_body<T: Scalar>(
     }
 }
 
-/// How many outer indices ahead the columns are prefetched: a few hundred nanoseconds of
-/// work, about one memory latency.
-const PREFETCH: usize = 4;
-
-/// Asks for the cache lines of `len` elements from `p` (a hint: never faults, reads nothing).
-#[inline(always)]
-fn prefetch<T>(p: *const T, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let bytes = len * std::mem::size_of::<T>();
-        for off in (0..bytes).step_by(64) {
-            // SAFETY: SSE is part of every x86-64 target; a prefetch reads and writes no
-            // memory and never faults, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(off)) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, len);
-}
-
 /// `*d <- beta * *d + v` (`beta = None`: `*d <- v`, the old value not read).
 ///
 /// # Safety
@@ -463,15 +442,6 @@ pub fn contract_small<T: Scalar>(
             }
             if !contiguous {
                 cols.extend((0..gathered.len() / m.max(1)).map(|q| gathered[q * m..].as_ptr()));
-            } else if n + PREFETCH < n_outer {
-                // Later outer indices' columns lie a stride away, one short run each, from
-                // several blocks at once: too many streams for the hardware prefetcher.
-                for (p, (x_k, _, x_outer)) in pairs.iter().zip(&prep.pairs) {
-                    for &ok in x_k {
-                        let next = p.x.as_ptr().wrapping_offset(x_outer[n + PREFETCH] + ok);
-                        prefetch(next, m);
-                    }
-                }
             }
             let sc = c.strides()[legs.inner.1];
             let cp = c.as_mut_ptr();
