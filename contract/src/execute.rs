@@ -227,8 +227,25 @@ pub(crate) fn block_writes<T: Field, S: AbelianSector>(
         .collect::<Result<_, _>>()?)
 }
 
+/// Blocks `idle` of `x`, which no pair writes: zero where the tasks overwrite (a new array,
+/// a product temporary, or `beta = 0`, which ignores the old elements as BLAS does), else
+/// scaled by `beta`.
+pub(crate) fn settle_idle<T: Field, S: AbelianSector>(
+    x: &AsyncArray<T, S>,
+    idle: &[usize],
+    overwrite: bool,
+    beta: T,
+) -> Result<(), Error> {
+    if overwrite {
+        zero_blocks(x, idle)?;
+    } else if beta != T::ONE && !idle.is_empty() {
+        x.scale_blocks(beta, Blocks::Only(idle))?;
+    }
+    Ok(())
+}
+
 /// One task that sets blocks `ids` of `x` to zero (overwrites: nothing is read).
-pub(crate) fn zero_blocks<T: Field, S: AbelianSector>(
+fn zero_blocks<T: Field, S: AbelianSector>(
     x: &AsyncArray<T, S>,
     ids: &[usize],
 ) -> Result<(), Error> {
@@ -338,13 +355,8 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
             )?;
         }
     }
-    // Blocks no pair writes: zero where the GEMMs overwrite (a new array, the product
-    // temporary, or beta = 0, which ignores C as BLAS does), else scaled by beta.
-    if overwrite {
-        zero_blocks(target, &plan.idle)?;
-    } else if beta != T::ONE && !plan.idle.is_empty() {
-        c.scale_blocks(beta, Blocks::Only(&plan.idle))?;
-    }
+    // (Without overwrite there is no product temporary: the target is `c`.)
+    settle_idle(target, &plan.idle, overwrite, beta)?;
     if let (Some(product), Some((perm, permuted))) = (&product_tmp, &plan.output_permute) {
         if fresh || beta == T::ZERO {
             product.permute_into_with(permuted, perm, c)?;

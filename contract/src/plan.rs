@@ -651,17 +651,15 @@ impl<S: AbelianSector> Plan<S> {
         if !group.c.is_empty() {
             groups.push(group);
         }
-        // The GEMM plan moves the large operand or its product through a temporary: the small
-        // operand's blocks can be applied in place instead. (Kept beside the GEMMs, which a
-        // device runs.)
-        let big_permuted = if a.total_len() >= b.total_len() {
-            op_a.permute.is_some()
-        } else {
-            op_b.permute.is_some()
-        };
-        let small = (big_permuted || output_permute.is_some())
-            .then(|| SmallPlan::build::<T, S>(spec, conj, a, b, &output, small_min))
-            .flatten();
+        // Where the GEMM plan moves the large operand or its product through a temporary, the
+        // small operand's blocks may be applied in place instead. (The GEMMs are kept: a
+        // device runs them.)
+        let permuted = [
+            op_a.permute.is_some(),
+            op_b.permute.is_some(),
+            output_permute.is_some(),
+        ];
+        let small = SmallPlan::build::<T, S>(spec, conj, a, b, &output, small_min, permuted);
         let elem_bytes = std::mem::size_of::<T>();
         let temp_elems = [&op_a, &op_b]
             .iter()

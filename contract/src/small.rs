@@ -16,7 +16,7 @@
 //! - Each output block is written by exactly one task, which lists it once; blocks no pair
 //!   writes are the plan's `idle` ones, as in the GEMM plan.
 
-use crate::execute::{block_reads, block_writes, zero_blocks};
+use crate::execute::{block_reads, block_writes, settle_idle};
 use crate::plan::{PairTable, Plan, pairing_negative};
 use crate::spec::Spec;
 use crate::{Error, plan::effective};
@@ -26,7 +26,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use tessera_backends::cpu::{SmallLegs, SmallOutput, SmallPair, contract_small};
 use tessera_backends::{Field, Scalar};
-use tessera_blocks::{AbelianSector, AsyncArray, Block, BlockStructure, Blocks, Direction};
+use tessera_blocks::{AbelianSector, AsyncArray, Block, BlockStructure, Direction};
 use tessera_core::schedule_named;
 
 /// The most elements a block of the small operand may have: a pass over the large operand
@@ -141,8 +141,10 @@ impl Signs {
 
 impl SmallPlan {
     /// The plan for `spec` on operands with structures `a` and `b` into `output`, or `None`
-    /// when the large operand has fewer than `min_elems` elements or no free leg, or no
-    /// operand is small enough (see [`SMALL_COEFFICIENTS`]).
+    /// when the GEMM plan permutes neither the large operand nor the product (`permuted`
+    /// says which of A, B and the product it permutes), the large operand has fewer than
+    /// `min_elems` elements or no free leg, or no operand is small enough (see
+    /// [`SMALL_COEFFICIENTS`]).
     pub(crate) fn build<T: Scalar, S: AbelianSector>(
         spec: &Spec,
         conj: [bool; 2],
@@ -150,10 +152,16 @@ impl SmallPlan {
         b: &BlockStructure<S>,
         output: &BlockStructure<S>,
         min_elems: usize,
+        permuted: [bool; 3],
     ) -> Option<Self> {
         let (la, lb, lo) = (spec.a(), spec.b(), spec.output());
         let k = spec.contracted();
         let big = usize::from(a.total_len() < b.total_len());
+        // Only where the GEMM plan moves the large operand or the product through a
+        // temporary (`permuted`: A, B, the product).
+        if !(permuted[big] || permuted[2]) {
+            return None;
+        }
         let ((x, lx), (y, ly)) = if big == 0 {
             ((a, la), (b, lb))
         } else {
@@ -240,8 +248,7 @@ impl SmallPlan {
                 let Some(ci) = output.block_id(&segments) else {
                     continue;
                 };
-                let k_len: usize = legs.contracted.iter().map(|l| xb.shape()[l.0]).product();
-                flops += flop_factor * (xb.len() / k_len.max(1) * k_len * j) as u64;
+                flops += flop_factor * (xb.len() * j) as u64;
                 met.push((ci, xi, yb.id()));
             }
         }
@@ -413,10 +420,6 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
             },
         )?;
     }
-    if overwrite {
-        zero_blocks(c, &small.idle)?;
-    } else if beta != T::ONE && !small.idle.is_empty() {
-        c.scale_blocks(beta, Blocks::Only(&small.idle))?;
-    }
+    settle_idle(c, &small.idle, overwrite, beta)?;
     Ok(())
 }
