@@ -173,26 +173,9 @@ impl SqrtRational {
     /// The nearest `f64` (from the exact square, so correctly rounded up to the square
     /// root's own rounding).
     pub fn to_f64(&self) -> f64 {
-        let s = ratio_to_f64(&self.square).sqrt();
+        let s = self.square.to_f64().unwrap_or(f64::NAN).sqrt();
         if self.negative { -s } else { s }
     }
-}
-
-/// `r` as an `f64`, for rationals whose numerator and denominator may each overflow one.
-fn ratio_to_f64(r: &BigRational) -> f64 {
-    if r.is_zero() {
-        return 0.0;
-    }
-    // Scale both to at most 60 significant bits, keeping the exponent apart.
-    let (n, d) = (r.numer().abs(), r.denom().clone());
-    let (bn, bd) = (n.bits() as i64, d.bits() as i64);
-    let shift = |x: BigInt, bits: i64| -> (f64, i64) {
-        let s = (bits - 60).max(0);
-        ((x >> s as usize).to_f64().unwrap_or(f64::NAN), s)
-    };
-    let ((fn_, sn), (fd, sd)) = (shift(n, bn), shift(d, bd));
-    let v = fn_ / fd * 2f64.powi((sn - sd) as i32);
-    if r.is_negative() { -v } else { v }
 }
 
 /// `n!` for small `n`, memoised (the formulas below need factorials up to about
@@ -226,6 +209,24 @@ fn delta(a: i64, b: i64, c: i64) -> BigRational {
         f(a + b - c) * f(a - b + c) * f(-a + b + c),
         factorial((a + b + c) / 2 + 1),
     )
+}
+
+/// `sqrt(prefactor) * sum_k (-1)^k term(k)` over `range`: the shape of Racah's formulas
+/// (the prefactor a rational under the root, the alternating sum rational).
+fn racah(
+    prefactor: BigRational,
+    range: std::ops::RangeInclusive<i64>,
+    term: impl Fn(i64) -> BigRational,
+) -> SqrtRational {
+    let mut sum = BigRational::zero();
+    for k in range {
+        if k % 2 == 0 {
+            sum += term(k);
+        } else {
+            sum -= term(k);
+        }
+    }
+    SqrtRational::from_parts(sum.is_negative(), prefactor * &sum * &sum)
 }
 
 /// Hits and misses of the coefficient cache ([`coefficient_cache_stats`]).
@@ -338,22 +339,15 @@ pub fn clebsch_gordan(
         );
         let lo = 0.max((j2 - j - m1) / 2).max((j1 - j + m2) / 2);
         let hi = ((j1 + j2 - j) / 2).min((j1 - m1) / 2).min((j2 + m2) / 2);
-        let mut sum = BigRational::zero();
-        for k in lo..=hi {
+        racah(prefactor, lo..=hi, |k| {
             let den = factorial(k)
                 * factorial((j1 + j2 - j) / 2 - k)
                 * factorial((j1 - m1) / 2 - k)
                 * factorial((j2 + m2) / 2 - k)
                 * factorial((j - j2 + m1) / 2 + k)
                 * factorial((j - j1 - m2) / 2 + k);
-            let term = BigRational::new(BigInt::one(), den);
-            if k % 2 == 0 {
-                sum += term;
-            } else {
-                sum -= term;
-            }
-        }
-        SqrtRational::from_parts(sum.is_negative(), prefactor * &sum * &sum)
+            BigRational::new(BigInt::one(), den)
+        })
     })
 }
 
@@ -394,18 +388,11 @@ pub fn six_j(
         ];
         let lo = *alphas.iter().max().expect("four triads");
         let hi = *betas.iter().min().expect("three sums");
-        let mut sum = BigRational::zero();
-        for t in lo..=hi {
+        racah(prefactor, lo..=hi, |t| {
             let den = alphas.iter().map(|&x| factorial(t - x)).product::<BigInt>()
                 * betas.iter().map(|&x| factorial(x - t)).product::<BigInt>();
-            let term = BigRational::new(factorial(t + 1), den);
-            if t % 2 == 0 {
-                sum += term;
-            } else {
-                sum -= term;
-            }
-        }
-        SqrtRational::from_parts(sum.is_negative(), prefactor * &sum * &sum)
+            BigRational::new(factorial(t + 1), den)
+        })
     })
 }
 

@@ -72,7 +72,8 @@ impl FusionTree {
             .filter(|l| l.last() == Some(&coupled))
             .map(|l| Self {
                 uncoupled: uncoupled.to_vec(),
-                inner: l[1..l.len().saturating_sub(1).max(1)].to_vec(),
+                // The lines between the first leg and the coupled spin.
+                inner: l.get(1..l.len() - 1).unwrap_or_default().to_vec(),
                 coupled,
             })
             .collect()
