@@ -429,6 +429,38 @@ fn split_parts<V>(
     )
 }
 
+/// The dims and strides of a view with axis `axis` unfolded into the axes `parts` (first
+/// fastest): axis `axis` of extent `prod(parts)` and stride `s` becomes axes of extents
+/// `parts[0], parts[1], ...` and strides `s, s * parts[0], ...`. An empty `parts` removes an
+/// axis of extent 1. `None` when `axis` is out of range or the extents do not multiply up.
+#[allow(clippy::type_complexity)]
+fn unfold(
+    dims: &[usize],
+    strides: &[isize],
+    axis: usize,
+    parts: &[usize],
+) -> Option<(SmallVec<[usize; AXES]>, SmallVec<[isize; AXES]>)> {
+    let (&n, &s) = (dims.get(axis)?, strides.get(axis)?);
+    let mut total = 1_usize;
+    for &p in parts {
+        total = total.checked_mul(p)?;
+    }
+    if total != n {
+        return None;
+    }
+    let mut d: SmallVec<[usize; AXES]> = dims[..axis].into();
+    let mut st: SmallVec<[isize; AXES]> = strides[..axis].into();
+    let mut step = s;
+    for &p in parts {
+        d.push(p);
+        st.push(step);
+        step = step.wrapping_mul(p as isize);
+    }
+    d.extend_from_slice(&dims[axis + 1..]);
+    st.extend_from_slice(&strides[axis + 1..]);
+    Some((d, st))
+}
+
 fn linear(dims: &[usize], strides: &[isize], index: &[usize]) -> Option<isize> {
     if index.len() != dims.len() {
         return None;
@@ -665,6 +697,30 @@ impl<'a, T: Copy> StridedRef<'a, T> {
         })
     }
 
+    /// The same elements with axis `axis` unfolded into several: an axis of extent
+    /// `prod(parts)` becomes axes of extents `parts` (the first fastest, as a column-major
+    /// reshape); an empty `parts` drops an axis of extent 1. `None` when `axis` is out of
+    /// range or `parts` does not multiply to its extent.
+    ///
+    /// ```
+    /// use tessera_core::SharedBuffer;
+    /// let b = SharedBuffer::from_fn(12, |i| i as f64);
+    /// // SAFETY: the extent is inside the buffer, and nothing writes it.
+    /// let v = unsafe { b.view(0, &[6, 2], &[1, 6]) };
+    /// let u = v.unfold_axis(0, &[2, 3]).unwrap();
+    /// assert_eq!(u.dims(), &[2, 3, 2]);
+    /// assert_eq!(u.get(&[1, 2, 1]), Some(11.0));
+    /// ```
+    pub fn unfold_axis(&self, axis: usize, parts: &[usize]) -> Option<StridedRef<'a, T>> {
+        let (dims, strides) = unfold(&self.dims, &self.strides, axis, parts)?;
+        Some(StridedRef {
+            ptr: self.ptr,
+            dims,
+            strides,
+            _life: PhantomData,
+        })
+    }
+
     /// The view cut along `axis` into `parts` views of consecutive index ranges, in order,
     /// as equal as can be (the earlier ones one index longer where `parts` does not divide
     /// the axis), none empty: fewer parts when the axis is shorter, and the view itself when
@@ -696,6 +752,21 @@ impl<'a, T: Copy> StridedRef<'a, T> {
 }
 
 impl<'a, T: Copy> StridedMut<'a, T> {
+    /// The same elements with axis `axis` unfolded, as [`StridedRef::unfold_axis`] does;
+    /// `Err(self)` when the extents do not fit.
+    pub fn unfold_axis(self, axis: usize, parts: &[usize]) -> Result<StridedMut<'a, T>, Self> {
+        match unfold(&self.dims, &self.strides, axis, parts) {
+            // A reshape of the same axis: distinct indices still map to distinct elements.
+            Some((dims, strides)) => Ok(StridedMut {
+                ptr: self.ptr,
+                dims,
+                strides,
+                _life: PhantomData,
+            }),
+            None => Err(self),
+        }
+    }
+
     /// The view cut along `axis` as [`StridedRef::split_axis`] cuts it, into exclusive views
     /// of disjoint elements (the parts hold disjoint index ranges, and a view's layout maps
     /// distinct indices to distinct elements), which may be written on different threads.

@@ -1,0 +1,444 @@
+//! SU(2)-symmetric structures: legs of spin multiplets, and the reduced blocks of a tensor
+//! map keyed by a coupled spin and a pair of trees.
+//!
+//! Owns: [`Su2Leg`] (spins with their multiplicities, and a direction), [`Coupling`] (a tuple
+//! of leg segments coupled through one tree: a row or column of the reduced matrices),
+//! [`Su2Structure`] (the legs, the split into codomain and domain, and the reduced blocks as
+//! an abelian matrix structure) and [`local_basis`] (the tree pairs of one segment tuple, in
+//! the order its blocks and the recoupling transformers share). Invariants:
+//!
+//! - A structure stores only reduced blocks: one per coupled spin `c` and pair (splitting tree
+//!   of the codomain segments to `c`, fusion tree of the domain segments from `c`), each a
+//!   dense matrix of the segments' multiplicities (the codomain's rows, first leg fastest;
+//!   the domain's columns, first leg fastest), without the `2c + 1` copies the dense tensor
+//!   holds.
+//! - Those blocks are the blocks of [`Su2Structure::matrix`]: an abelian structure of one
+//!   codomain and one domain leg whose segments are the [`Coupling`]s of either side,
+//!   labelled `U1(2c)`, so that the blocks of coupled spin `c` tile one matrix (the abelian
+//!   sector-major layout) in one allocation with one hazard record per block, and the
+//!   runtime, GEMM planning and per-sector factorizations of abelian tensors apply as they
+//!   are.
+//! - The blocks of one segment tuple (a [`Group`]) are listed in [`local_basis`] order; a leg
+//!   permutation maps each group to the group of the permuted tuple by one fixed matrix.
+
+use super::tree::FusionTree;
+use crate::error::Error;
+use crate::leg::{Direction, Leg};
+use crate::sector::U1;
+use crate::structure::BlockStructure;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A leg of an SU(2)-symmetric tensor: spins `two_j` (twice the spin, increasing), each with
+/// its multiplicity, and a direction: an [`In`](Direction::In) leg is a space `V` (a ket), an
+/// [`Out`](Direction::Out) leg its dual (a bra), as on abelian legs. A contraction pairs an
+/// `In` leg with an `Out` leg.
+///
+/// Its dense dimension is `sum (2j + 1) * multiplicity`; in the dense index, the sectors come
+/// in increasing spin, the copies of a multiplet one after another, and within a copy `m`
+/// runs `j, j - 1, ..., -j`.
+///
+/// ```
+/// use tessera_blocks::Direction;
+/// use tessera_blocks::su2::Su2Leg;
+///
+/// // Two singlets and one triplet: 2 + 3 dense states, 3 reduced ones.
+/// let leg = Su2Leg::new(Direction::In, [(2, 1), (0, 2)])?;
+/// assert_eq!(leg.sectors(), &[(0, 2), (2, 1)]);
+/// assert_eq!((leg.dim(), leg.reduced_dim()), (5, 3));
+/// # Ok::<(), tessera_blocks::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Su2Leg {
+    direction: Direction,
+    sectors: Vec<(u32, usize)>,
+}
+
+impl Su2Leg {
+    /// A leg of the given spins (`(two_j, multiplicity)`, in any order).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroDimension`] for a multiplicity of 0, [`Error::RepeatedSector`] for a spin
+    /// given twice.
+    pub fn new(
+        direction: Direction,
+        sectors: impl IntoIterator<Item = (u32, usize)>,
+    ) -> Result<Self, Error> {
+        let given: Vec<(u32, usize)> = sectors.into_iter().collect();
+        if let Some(segment) = given.iter().position(|&(_, d)| d == 0) {
+            return Err(Error::ZeroDimension { segment });
+        }
+        let mut order: Vec<usize> = (0..given.len()).collect();
+        order.sort_by_key(|&i| given[i].0);
+        for w in order.windows(2) {
+            if given[w[0]].0 == given[w[1]].0 {
+                return Err(Error::RepeatedSector {
+                    sector: format!("2j = {}", given[w[0]].0),
+                    first: w[0].min(w[1]),
+                    second: w[0].max(w[1]),
+                });
+            }
+        }
+        Ok(Self {
+            direction,
+            sectors: order.into_iter().map(|i| given[i]).collect(),
+        })
+    }
+
+    /// Whether the leg is a space (`In`) or a dual space (`Out`).
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+
+    /// The same spins with the other direction.
+    pub fn dual(&self) -> Self {
+        Self {
+            direction: self.direction.flip(),
+            sectors: self.sectors.clone(),
+        }
+    }
+
+    /// The spins (`two_j`, increasing) with their multiplicities.
+    pub fn sectors(&self) -> &[(u32, usize)] {
+        &self.sectors
+    }
+
+    /// The dense dimension: every multiplet with its `2j + 1` states.
+    pub fn dim(&self) -> usize {
+        self.sectors
+            .iter()
+            .map(|&(j, d)| (j as usize + 1) * d)
+            .sum()
+    }
+
+    /// The number of multiplets.
+    pub fn reduced_dim(&self) -> usize {
+        self.sectors.iter().map(|&(_, d)| d).sum()
+    }
+
+    /// Where segment `s` starts in the dense index.
+    pub(crate) fn dense_offset(&self, s: usize) -> usize {
+        self.sectors[..s]
+            .iter()
+            .map(|&(j, d)| (j as usize + 1) * d)
+            .sum()
+    }
+
+    /// Whether the leg has the same spins and multiplicities as `other`.
+    pub fn same_spaces(&self, other: &Self) -> bool {
+        self.sectors == other.sectors
+    }
+}
+
+/// One row (or column) of the reduced matrices: a segment of each leg of one side, coupled
+/// to `coupled` through `tree` (`None` for a side without legs, which couples to spin 0).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Coupling {
+    /// The coupled spin (`2c`).
+    pub coupled: u32,
+    /// The segment of each leg of the side.
+    pub segments: Vec<usize>,
+    /// The tree from the legs' spins to `coupled`.
+    pub tree: Option<FusionTree>,
+    /// The multiplicity of each segment.
+    pub degs: Vec<usize>,
+    /// Their product: the rows (or columns) this coupling spans.
+    pub dim: usize,
+}
+
+/// The spins every coupling of `spins` can reach, increasing (`[0]` for no spins).
+pub(crate) fn couplings(spins: &[u32]) -> Vec<u32> {
+    let mut reach = vec![0_u32];
+    for &a in spins {
+        let mut next: Vec<u32> = reach
+            .iter()
+            .flat_map(|&x| (x.abs_diff(a)..=x + a).step_by(2))
+            .collect();
+        next.sort_unstable();
+        next.dedup();
+        reach = next;
+    }
+    reach
+}
+
+/// The trees from `spins` to `c`: `[None]` for no spins (which couple to 0 only).
+pub(crate) fn trees(spins: &[u32], c: u32) -> Vec<Option<FusionTree>> {
+    if spins.is_empty() {
+        return if c == 0 { vec![None] } else { Vec::new() };
+    }
+    FusionTree::all(spins, c).into_iter().map(Some).collect()
+}
+
+/// One element of a segment tuple's basis: the coupled spin and the two trees.
+pub type BasisElement = (u32, Option<FusionTree>, Option<FusionTree>);
+
+/// The tree pairs of one segment tuple (codomain spins, domain spins): coupled spins
+/// increasing, then splitting trees, then fusion trees, each in [`FusionTree::all`] order.
+/// A group's blocks and a recoupling transformer's rows and columns come in this order.
+pub fn local_basis(codomain: &[u32], domain: &[u32]) -> Vec<BasisElement> {
+    let (a, b) = (couplings(codomain), couplings(domain));
+    let mut out = Vec::new();
+    for &c in a.iter().filter(|c| b.contains(c)) {
+        let (ss, ts) = (trees(codomain, c), trees(domain, c));
+        for s in &ss {
+            for t in &ts {
+                out.push((c, s.clone(), t.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Every coupling of one side's legs: coupled spin increasing, then segment tuple, then tree.
+fn side(legs: &[Su2Leg]) -> Vec<Coupling> {
+    let mut tuples: Vec<Vec<usize>> = vec![Vec::new()];
+    for leg in legs {
+        tuples = tuples
+            .into_iter()
+            .flat_map(|t| {
+                (0..leg.sectors.len()).map(move |s| {
+                    let mut t = t.clone();
+                    t.push(s);
+                    t
+                })
+            })
+            .collect();
+    }
+    let mut out = Vec::new();
+    for segments in tuples {
+        let spins: Vec<u32> = segments
+            .iter()
+            .zip(legs)
+            .map(|(&s, l)| l.sectors[s].0)
+            .collect();
+        let degs: Vec<usize> = segments
+            .iter()
+            .zip(legs)
+            .map(|(&s, l)| l.sectors[s].1)
+            .collect();
+        let dim = degs.iter().product();
+        for c in couplings(&spins) {
+            for tree in trees(&spins, c) {
+                out.push(Coupling {
+                    coupled: c,
+                    segments: segments.clone(),
+                    tree,
+                    degs: degs.clone(),
+                    dim,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| (a.coupled, &a.segments, &a.tree).cmp(&(b.coupled, &b.segments, &b.tree)));
+    out
+}
+
+/// The blocks of one segment tuple (one segment per leg, codomain then domain), in
+/// [`local_basis`] order.
+#[derive(Clone, Debug)]
+pub struct Group {
+    /// The segment of each leg.
+    pub segments: Vec<usize>,
+    /// The ids of its blocks in [`Su2Structure::matrix`].
+    pub blocks: Vec<usize>,
+}
+
+/// The structure of an SU(2)-symmetric tensor map from its domain legs to its codomain legs
+/// (an invariant: total spin 0): the legs, the split, and the reduced blocks (see the module
+/// docs).
+///
+/// ```
+/// use tessera_blocks::Direction;
+/// use tessera_blocks::su2::{Su2Leg, Su2Structure};
+///
+/// // A spin one half and a spin one coupled into a bond of spins 1/2 and 3/2.
+/// let p = Su2Leg::new(Direction::In, [(1, 1)])?;
+/// let w = Su2Leg::new(Direction::In, [(2, 1)])?;
+/// let bond = Su2Leg::new(Direction::Out, [(1, 3), (3, 2)])?;
+/// let s = Su2Structure::new(vec![p, w, bond], 2)?;
+/// // One reduced block per coupled spin: 3 x 1 numbers where the dense tensor has 36.
+/// assert_eq!(s.matrix().num_blocks(), 2);
+/// assert_eq!((s.matrix().total_len(), s.dense_dims()), (5, vec![2, 3, 10]));
+/// # Ok::<(), tessera_blocks::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Su2Structure {
+    legs: Vec<Su2Leg>,
+    n_codomain: usize,
+    rows: Vec<Coupling>,
+    cols: Vec<Coupling>,
+    matrix: Arc<BlockStructure<U1>>,
+    groups: Vec<Group>,
+    group_of: HashMap<Vec<usize>, usize>,
+}
+
+impl PartialEq for Su2Structure {
+    fn eq(&self, other: &Self) -> bool {
+        self.legs == other.legs && self.n_codomain == other.n_codomain
+    }
+}
+
+impl Su2Structure {
+    /// The structure of maps from `legs[n_codomain..]` to `legs[..n_codomain]`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SplitOutOfRange`] when `n_codomain` exceeds the legs; [`Error::Overflow`]
+    /// when a block's size overflows.
+    pub fn new(legs: Vec<Su2Leg>, n_codomain: usize) -> Result<Self, Error> {
+        if n_codomain > legs.len() {
+            return Err(Error::SplitOutOfRange {
+                n_codomain,
+                legs: legs.len(),
+            });
+        }
+        let rows = side(&legs[..n_codomain]);
+        let cols = side(&legs[n_codomain..]);
+        let label = |c: &Coupling| (U1(c.coupled as i32), c.dim);
+        let matrix = BlockStructure::new(
+            [Leg::tiled(Direction::In, rows.iter().map(label))?],
+            [Leg::tiled(Direction::Out, cols.iter().map(label))?],
+            U1(0),
+        )?;
+        let mut by_tuple: HashMap<Vec<usize>, Vec<(&Coupling, &Coupling, usize)>> = HashMap::new();
+        for (r, row) in rows.iter().enumerate() {
+            for (k, col) in cols.iter().enumerate() {
+                if row.coupled != col.coupled {
+                    continue;
+                }
+                let id = matrix
+                    .block_id(&[r, k])
+                    .expect("every pair of one coupled spin is a block");
+                let tuple = [row.segments.as_slice(), col.segments.as_slice()].concat();
+                by_tuple.entry(tuple).or_default().push((row, col, id));
+            }
+        }
+        let mut groups: Vec<Group> = by_tuple
+            .into_iter()
+            .map(|(segments, mut blocks)| {
+                blocks.sort_by(|a, b| {
+                    (a.0.coupled, &a.0.tree, &a.1.tree).cmp(&(b.0.coupled, &b.0.tree, &b.1.tree))
+                });
+                Group {
+                    segments,
+                    blocks: blocks.into_iter().map(|b| b.2).collect(),
+                }
+            })
+            .collect();
+        groups.sort_by(|a, b| a.segments.cmp(&b.segments));
+        let group_of = groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (g.segments.clone(), i))
+            .collect();
+        Ok(Self {
+            legs,
+            n_codomain,
+            rows,
+            cols,
+            matrix: Arc::new(matrix),
+            groups,
+            group_of,
+        })
+    }
+
+    /// The legs, codomain first.
+    pub fn legs(&self) -> &[Su2Leg] {
+        &self.legs
+    }
+
+    /// How many legs are in the codomain.
+    pub fn n_codomain(&self) -> usize {
+        self.n_codomain
+    }
+
+    /// The codomain legs.
+    pub fn codomain(&self) -> &[Su2Leg] {
+        &self.legs[..self.n_codomain]
+    }
+
+    /// The domain legs.
+    pub fn domain(&self) -> &[Su2Leg] {
+        &self.legs[self.n_codomain..]
+    }
+
+    /// The reduced blocks as an abelian matrix structure (module docs).
+    pub fn matrix(&self) -> &Arc<BlockStructure<U1>> {
+        &self.matrix
+    }
+
+    /// The rows of the reduced matrices (the codomain's couplings), in the order of the
+    /// matrix structure's codomain segments.
+    pub fn rows(&self) -> &[Coupling] {
+        &self.rows
+    }
+
+    /// The columns of the reduced matrices (the domain's couplings).
+    pub fn cols(&self) -> &[Coupling] {
+        &self.cols
+    }
+
+    /// The blocks grouped by segment tuple, in increasing tuple order.
+    pub fn groups(&self) -> &[Group] {
+        &self.groups
+    }
+
+    /// The group of a segment tuple (one segment per leg), if it has blocks.
+    pub fn group(&self, segments: &[usize]) -> Option<&Group> {
+        self.group_of.get(segments).map(|&g| &self.groups[g])
+    }
+
+    /// The coupled spin of block `id` of the matrix structure.
+    pub fn coupled_of(&self, id: usize) -> Option<u32> {
+        let b = self.matrix.block(id)?;
+        Some(self.rows[b.segments()[0]].coupled)
+    }
+
+    /// The dense dimension of every leg.
+    pub fn dense_dims(&self) -> Vec<usize> {
+        self.legs.iter().map(Su2Leg::dim).collect()
+    }
+
+    /// The spins of a segment tuple, codomain then domain.
+    pub(crate) fn spins(&self, segments: &[usize]) -> Vec<u32> {
+        segments
+            .iter()
+            .zip(&self.legs)
+            .map(|(&s, l)| l.sectors[s].0)
+            .collect()
+    }
+
+    /// The multiplicities of a segment tuple.
+    pub(crate) fn degs(&self, segments: &[usize]) -> Vec<usize> {
+        segments
+            .iter()
+            .zip(&self.legs)
+            .map(|(&s, l)| l.sectors[s].1)
+            .collect()
+    }
+
+    /// Whether leg `i` is stored through the spin-flip map `epsilon` (see
+    /// [`super::recouple`]): an `Out` leg in the codomain or an `In` leg in the domain.
+    pub(crate) fn flipped(&self, i: usize) -> bool {
+        (i < self.n_codomain) == (self.legs[i].direction == Direction::Out)
+    }
+
+    /// A one-line description for error messages.
+    pub fn summary(&self) -> String {
+        let leg = |l: &Su2Leg| {
+            let d = if l.direction == Direction::In {
+                "In"
+            } else {
+                "Out"
+            };
+            let s: Vec<String> = l.sectors.iter().map(|(j, n)| format!("{j}:{n}")).collect();
+            format!("{d}[{}]", s.join(" "))
+        };
+        let (c, d): (Vec<String>, Vec<String>) = (
+            self.codomain().iter().map(leg).collect(),
+            self.domain().iter().map(leg).collect(),
+        );
+        format!("({}) <- ({})", c.join(", "), d.join(", "))
+    }
+}

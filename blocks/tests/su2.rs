@@ -1,0 +1,228 @@
+//! SU(2) tensors against their dense forms, on seeded random structures: the dense form is
+//! an invariant (every generator annihilates it), the projection of a dense invariant gives
+//! the tensor back, the norm is the dense norm, and permutations (with any split, any
+//! directions) are exact on the dense tensor.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tessera_blocks::Direction;
+use tessera_blocks::Error;
+use tessera_blocks::su2::{Su2Leg, Su2Structure, Su2Tensor, recoupling_cache_stats};
+
+fn random_leg(rng: &mut ChaCha8Rng) -> Su2Leg {
+    let n = rng.gen_range(1..=3);
+    let mut spins: Vec<u32> = (0..5).collect();
+    let mut sectors = Vec::new();
+    for _ in 0..n {
+        let j = spins.swap_remove(rng.gen_range(0..spins.len()));
+        sectors.push((j, rng.gen_range(1..=2)));
+    }
+    let d = if rng.gen_bool(0.5) {
+        Direction::In
+    } else {
+        Direction::Out
+    };
+    Su2Leg::new(d, sectors).unwrap()
+}
+
+fn random_structure(rng: &mut ChaCha8Rng, max_legs: usize) -> Su2Structure {
+    let n = rng.gen_range(1..=max_legs);
+    let legs: Vec<Su2Leg> = (0..n).map(|_| random_leg(rng)).collect();
+    let split = rng.gen_range(0..=n);
+    Su2Structure::new(legs, split).unwrap()
+}
+
+/// `x` (column-major over `dims`) with new axis `i` being old axis `perm[i]`.
+fn permute_dense(x: &[f64], dims: &[usize], perm: &[usize]) -> Vec<f64> {
+    let mut strides = vec![1; dims.len()];
+    for a in 1..dims.len() {
+        strides[a] = strides[a - 1] * dims[a - 1];
+    }
+    let nd: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+    let mut out = vec![0.0; x.len()];
+    let mut idx = vec![0; dims.len()];
+    for v in out.iter_mut() {
+        *v = x[idx
+            .iter()
+            .zip(perm)
+            .map(|(i, &p)| i * strides[p])
+            .sum::<usize>()];
+        for a in 0..idx.len() {
+            idx[a] += 1;
+            if idx[a] < nd[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+    out
+}
+
+/// The spin generator `J^+` (`up`) or `J^-` on a leg's dense index, as `(to, from, value)`.
+fn ladder(leg: &Su2Leg, up: bool) -> Vec<(usize, usize, f64)> {
+    let mut out = Vec::new();
+    let mut base = 0;
+    for &(tj, copies) in leg.sectors() {
+        let md = tj as usize + 1;
+        let j = f64::from(tj) / 2.0;
+        for a in 0..copies {
+            for i in 0..md {
+                let m = j - i as f64;
+                if up && i > 0 {
+                    let v = (j * (j + 1.0) - m * (m + 1.0)).sqrt();
+                    out.push((base + a * md + i - 1, base + a * md + i, v));
+                }
+                if !up && i + 1 < md {
+                    let v = (j * (j + 1.0) - m * (m - 1.0)).sqrt();
+                    out.push((base + a * md + i + 1, base + a * md + i, v));
+                }
+            }
+        }
+        base += md * copies;
+    }
+    out
+}
+
+/// `sum over legs of G_leg D`, with `G = J` on `In` legs and `-J^T` on `Out` legs: zero for
+/// an invariant.
+fn generator_residual(s: &Su2Structure, dense: &[f64], up: bool) -> f64 {
+    let dims = s.dense_dims();
+    let mut out = vec![0.0; dense.len()];
+    for (axis, leg) in s.legs().iter().enumerate() {
+        let inner: usize = dims[..axis].iter().product();
+        let d = dims[axis];
+        for (to, from, v) in ladder(leg, up) {
+            let (to, from, v) = match leg.direction() {
+                Direction::In => (to, from, v),
+                Direction::Out => (from, to, -v),
+            };
+            for (flat, x) in dense.iter().enumerate() {
+                if (flat / inner) % d == from {
+                    out[flat - from * inner + to * inner] += v * x;
+                }
+            }
+        }
+    }
+    out.iter().map(|x| x.abs()).fold(0.0, f64::max)
+}
+
+#[test]
+fn dense_forms_are_invariant_and_project_back() {
+    let mut rng = ChaCha8Rng::seed_from_u64(29);
+    let mut nonempty = 0;
+    for case in 0..60 {
+        let s = random_structure(&mut rng, 4);
+        let t = Su2Tensor::<f64>::random(s, case).unwrap();
+        let dense = t.to_dense().unwrap();
+        let norm = dense.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!(
+            (t.norm().unwrap() - norm).abs() < 1e-12 * (1.0 + norm),
+            "case {case}"
+        );
+        if norm == 0.0 {
+            continue;
+        }
+        nonempty += 1;
+        for up in [true, false] {
+            let r = generator_residual(t.structure(), &dense, up);
+            assert!(r < 1e-12 * norm, "case {case}: J residual {r}");
+        }
+        let back = Su2Tensor::from_dense(t.structure().clone(), &dense).unwrap();
+        let (a, b) = (
+            t.data().to_blocks().unwrap(),
+            back.data().to_blocks().unwrap(),
+        );
+        for (x, y) in a.iter().flatten().zip(b.iter().flatten()) {
+            assert!((x - y).abs() < 1e-12, "case {case}: {x} vs {y}");
+        }
+    }
+    assert!(nonempty > 30, "only {nonempty} cases had blocks");
+}
+
+#[test]
+fn permutations_are_exact_on_the_dense_tensor() {
+    let mut rng = ChaCha8Rng::seed_from_u64(2929);
+    for case in 0..60 {
+        let s = random_structure(&mut rng, 4);
+        let n = s.legs().len();
+        let t = Su2Tensor::<f64>::random(s, case).unwrap();
+        let mut perm: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            perm.swap(i, rng.gen_range(0..=i));
+        }
+        let split = rng.gen_range(0..=n);
+        let u = t.permuted(&perm, split).unwrap();
+        let want = permute_dense(&t.to_dense().unwrap(), &t.structure().dense_dims(), &perm);
+        let got = u.to_dense().unwrap();
+        let scale = 1.0 + want.iter().fold(0.0_f64, |m, x| m.max(x.abs()));
+        for (k, (x, y)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (x - y).abs() < 1e-12 * scale,
+                "case {case}, perm {perm:?} split {split}, element {k}: {x} vs {y}"
+            );
+        }
+        assert!((u.norm().unwrap() - t.norm().unwrap()).abs() < 1e-12 * scale);
+    }
+    let stats = recoupling_cache_stats();
+    assert!(stats.misses > 0 && stats.entries > 0);
+}
+
+#[test]
+fn a_second_permutation_of_one_shape_is_served_from_the_cache() {
+    let v = Su2Leg::new(Direction::In, [(1, 2), (3, 1)]).unwrap();
+    let s = Su2Structure::new(vec![v.clone(), v.clone(), v.dual(), v.dual()], 2).unwrap();
+    let t = Su2Tensor::<f64>::random(s, 1).unwrap();
+    t.permuted(&[2, 0, 3, 1], 1).unwrap();
+    let before = recoupling_cache_stats();
+    t.permuted(&[2, 0, 3, 1], 1).unwrap();
+    let after = recoupling_cache_stats();
+    // Other tests may run at the same time: the second call itself adds hits only.
+    assert!(after.hits >= before.hits + t.structure().groups().len() as u64);
+}
+
+#[test]
+fn misuse_is_refused_with_what_was_expected() {
+    assert!(matches!(
+        Su2Leg::new(Direction::In, [(1, 0)]),
+        Err(Error::ZeroDimension { segment: 0 })
+    ));
+    assert!(matches!(
+        Su2Leg::new(Direction::In, [(1, 1), (2, 1), (1, 3)]),
+        Err(Error::RepeatedSector {
+            first: 0,
+            second: 2,
+            ..
+        })
+    ));
+    let v = Su2Leg::new(Direction::In, [(1, 1)]).unwrap();
+    assert!(matches!(
+        Su2Structure::new(vec![v.clone()], 2),
+        Err(Error::SplitOutOfRange {
+            n_codomain: 2,
+            legs: 1
+        })
+    ));
+    let s = Su2Structure::new(vec![v.clone(), v.dual()], 1).unwrap();
+    let t = Su2Tensor::<f64>::random(s, 3).unwrap();
+    let before = t.data().to_blocks().unwrap();
+    assert!(matches!(
+        t.permuted(&[0, 0], 1),
+        Err(Error::InvalidPermutation { legs: 2, .. })
+    ));
+    assert!(matches!(
+        t.permuted(&[1, 0], 3),
+        Err(Error::SplitOutOfRange {
+            n_codomain: 3,
+            legs: 2
+        })
+    ));
+    assert!(matches!(
+        Su2Tensor::from_dense(t.structure().clone(), &[1.0; 3]),
+        Err(Error::DataLength {
+            expected: 4,
+            given: 3,
+            ..
+        })
+    ));
+    assert_eq!(t.data().to_blocks().unwrap(), before);
+}
