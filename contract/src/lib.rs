@@ -94,6 +94,7 @@ mod operand;
 mod plan;
 mod small;
 mod spec;
+mod su2;
 
 pub use cache::{DEFAULT_PLAN_CAPACITY, PlanCache};
 pub use error::Error;
@@ -103,3 +104,4 @@ pub use operand::{Executor, Operand};
 pub use plan::{Plan, Strategy};
 pub use small::{SMALL_COEFFICIENTS, SMALL_OPERAND_MIN_ELEMS};
 pub use spec::{MAX_LEGS, Spec};
+pub use su2::contract_su2;

@@ -1,0 +1,221 @@
+//! SU(2) contractions against the dense contraction of the expanded tensors, on seeded
+//! random structures (random directions, splits, leg orders and output splits), and their
+//! refusals.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tessera_blocks::Direction;
+use tessera_blocks::su2::{Su2Leg, Su2Structure, Su2Tensor};
+use tessera_contract::{Error, contract_su2};
+
+fn random_leg(rng: &mut ChaCha8Rng) -> Su2Leg {
+    let n = rng.gen_range(1..=3);
+    let mut spins: Vec<u32> = (0..4).collect();
+    let mut sectors = Vec::new();
+    for _ in 0..n {
+        let j = spins.swap_remove(rng.gen_range(0..spins.len()));
+        sectors.push((j, rng.gen_range(1..=2)));
+    }
+    let d = if rng.gen_bool(0.5) {
+        Direction::In
+    } else {
+        Direction::Out
+    };
+    Su2Leg::new(d, sectors).unwrap()
+}
+
+fn shuffle<T>(rng: &mut ChaCha8Rng, v: &mut [T]) {
+    for i in (1..v.len()).rev() {
+        v.swap(i, rng.gen_range(0..=i));
+    }
+}
+
+/// The dense contraction `out[labels_out] = sum a[labels_a] b[labels_b]`, column-major.
+fn dense_contract(
+    a: &[f64],
+    la: &[char],
+    da: &[usize],
+    b: &[f64],
+    lb: &[char],
+    db: &[usize],
+    lo: &[char],
+) -> Vec<f64> {
+    let mut all: Vec<char> = la.to_vec();
+    all.extend(lb.iter().filter(|l| !la.contains(l)));
+    let dim = |l: &char| {
+        la.iter()
+            .position(|x| x == l)
+            .map(|i| da[i])
+            .unwrap_or_else(|| db[lb.iter().position(|x| x == l).unwrap()])
+    };
+    let dims: Vec<usize> = all.iter().map(dim).collect();
+    let flat = |labels: &[char], ds: &[usize], idx: &[usize]| {
+        labels.iter().zip(ds).rev().fold(0, |acc, (l, &d)| {
+            acc * d + idx[all.iter().position(|x| x == l).unwrap()]
+        })
+    };
+    let dout: Vec<usize> = lo.iter().map(dim).collect();
+    let mut out = vec![0.0; dout.iter().product()];
+    let total: usize = dims.iter().product();
+    let mut idx = vec![0; all.len()];
+    for _ in 0..total {
+        out[flat(lo, &dout, &idx)] += a[flat(la, da, &idx)] * b[flat(lb, db, &idx)];
+        for k in 0..idx.len() {
+            idx[k] += 1;
+            if idx[k] < dims[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    out
+}
+
+#[test]
+fn contractions_match_the_dense_contraction() {
+    let mut rng = ChaCha8Rng::seed_from_u64(2926);
+    let names = ['a', 'b', 'c', 'd', 'e', 'f', 'g'];
+    let mut nonzero = 0;
+    for case in 0..80 {
+        let (nk, nfa, nfb) = (
+            rng.gen_range(0..=2),
+            rng.gen_range(0..=2),
+            rng.gen_range(0..=2),
+        );
+        let k_legs: Vec<Su2Leg> = (0..nk).map(|_| random_leg(&mut rng)).collect();
+        let mut a_items: Vec<(char, Su2Leg)> =
+            (0..nk).map(|i| (names[i], k_legs[i].clone())).collect();
+        let mut b_items: Vec<(char, Su2Leg)> =
+            (0..nk).map(|i| (names[i], k_legs[i].dual())).collect();
+        for i in 0..nfa {
+            a_items.push((names[nk + i], random_leg(&mut rng)));
+        }
+        for i in 0..nfb {
+            b_items.push((names[nk + nfa + i], random_leg(&mut rng)));
+        }
+        shuffle(&mut rng, &mut a_items);
+        shuffle(&mut rng, &mut b_items);
+        if a_items.is_empty() || b_items.is_empty() {
+            continue;
+        }
+        let split_a = rng.gen_range(0..=a_items.len());
+        let split_b = rng.gen_range(0..=b_items.len());
+        let sa = Su2Structure::new(a_items.iter().map(|x| x.1.clone()).collect(), split_a).unwrap();
+        let sb = Su2Structure::new(b_items.iter().map(|x| x.1.clone()).collect(), split_b).unwrap();
+        let a = Su2Tensor::<f64>::random(sa, 2 * case).unwrap();
+        let b = Su2Tensor::<f64>::random(sb, 2 * case + 1).unwrap();
+        let la: Vec<char> = a_items.iter().map(|x| x.0).collect();
+        let lb: Vec<char> = b_items.iter().map(|x| x.0).collect();
+        let mut lo: Vec<char> = names[nk..nk + nfa + nfb].to_vec();
+        shuffle(&mut rng, &mut lo);
+        let split_o = rng.gen_range(0..=lo.len());
+        let out: String = lo[..split_o]
+            .iter()
+            .chain(['|'].iter())
+            .chain(&lo[split_o..])
+            .collect();
+        let spec = format!(
+            "{},{}->{}",
+            la.iter().collect::<String>(),
+            lb.iter().collect::<String>(),
+            out
+        );
+        let c = contract_su2(&spec, &a, &b).unwrap();
+        assert_eq!(c.structure().n_codomain(), split_o, "{spec}");
+        let want = dense_contract(
+            &a.to_dense().unwrap(),
+            &la,
+            &a.structure().dense_dims(),
+            &b.to_dense().unwrap(),
+            &lb,
+            &b.structure().dense_dims(),
+            &lo,
+        );
+        let got = c.to_dense().unwrap();
+        assert_eq!(got.len(), want.len());
+        let scale = 1.0 + want.iter().fold(0.0_f64, |m, x| m.max(x.abs()));
+        if scale > 1.0 + 1e-9 {
+            nonzero += 1;
+        }
+        for (k, (x, y)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (x - y).abs() < 1e-12 * scale,
+                "case {case} {spec}: element {k}: {x} vs {y}"
+            );
+        }
+    }
+    assert!(
+        nonzero > 30,
+        "only {nonzero} contractions had a nonzero result"
+    );
+}
+
+#[test]
+fn mismatched_pairs_are_refused_and_nothing_is_written() {
+    let v = Su2Leg::new(Direction::In, [(0, 1), (1, 2)]).unwrap();
+    let w = Su2Leg::new(Direction::In, [(0, 1), (1, 3)]).unwrap();
+    let a = Su2Tensor::<f64>::random(Su2Structure::new(vec![v.clone(), v.dual()], 1).unwrap(), 1)
+        .unwrap();
+    let same =
+        Su2Tensor::<f64>::random(Su2Structure::new(vec![v.dual(), v.clone()], 1).unwrap(), 2)
+            .unwrap();
+    let other =
+        Su2Tensor::<f64>::random(Su2Structure::new(vec![w.clone(), v.dual()], 1).unwrap(), 3)
+            .unwrap();
+    let before = (
+        a.data().to_blocks().unwrap(),
+        same.data().to_blocks().unwrap(),
+    );
+    // `j` is Out on both (A's domain leg, `same`'s codomain leg).
+    let e = contract_su2("ij,jk->ik", &a, &same).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Legs {
+                label: 'j',
+                a_leg: 1,
+                b_leg: 0,
+                source: tessera_blocks::Error::SameDirection {
+                    direction: Direction::Out
+                }
+            }
+        ),
+        "{e}"
+    );
+    // `j`: spin 1/2 twice on A, three times on `other`.
+    let e = contract_su2("ij,jk->ik", &a, &other).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Legs {
+                source: tessera_blocks::Error::SegmentMismatch {
+                    segment: 1,
+                    left_dim: 2,
+                    right_dim: 3,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = contract_su2("ijk,jk->i", &a, &same).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Arity {
+                operand: "A",
+                expected: 3,
+                given: 2
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        (
+            a.data().to_blocks().unwrap(),
+            same.data().to_blocks().unwrap()
+        ),
+        before
+    );
+}
