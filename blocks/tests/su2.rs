@@ -226,3 +226,24 @@ fn misuse_is_refused_with_what_was_expected() {
     ));
     assert_eq!(t.data().to_blocks().unwrap(), before);
 }
+
+#[test]
+fn the_adjoint_conjugate_transposes_the_dense_map() {
+    let mut rng = ChaCha8Rng::seed_from_u64(2930);
+    for case in 0..30 {
+        let s = random_structure(&mut rng, 4);
+        let (n, p) = (s.legs().len(), s.n_codomain());
+        let t = Su2Tensor::<f64>::random(s, case).unwrap();
+        let a = t.adjoint().unwrap();
+        assert_eq!(a.structure().n_codomain(), n - p);
+        // New leg i is old leg (p + i) for the old domain, then the old codomain.
+        let perm: Vec<usize> = (p..n).chain(0..p).collect();
+        let want = permute_dense(&t.to_dense().unwrap(), &t.structure().dense_dims(), &perm);
+        for (x, y) in a.to_dense().unwrap().iter().zip(&want) {
+            assert!((x - y).abs() < 1e-12, "case {case}");
+        }
+        for (l, m) in a.structure().legs().iter().zip(&perm) {
+            assert_eq!(l.direction(), t.structure().legs()[*m].direction().flip());
+        }
+    }
+}

@@ -272,6 +272,23 @@ pub fn svd<T: Field, S: AbelianSector, P: Factorize<T>>(
     a: &Tensor<T, S, P>,
     truncation: &Truncation,
 ) -> Result<Svd<T, S, P>, Error> {
+    svd_weighted(a, truncation, |_| 1.0)
+}
+
+/// [`svd`] where every singular value of coupled sector `c` stands for `weight(c)` states
+/// (for a tensor whose sectors label multiplets, as the reduced matrices of a non-abelian
+/// tensor do: the weight is the multiplet's dimension). The truncation counts each value
+/// `weight(c)` times towards `max_dim` and `weight(c) s^2` towards the discarded and total
+/// weights, so multiplets are kept or dropped whole.
+///
+/// # Errors
+///
+/// As [`svd`].
+pub fn svd_weighted<T: Field, S: AbelianSector, P: Factorize<T>>(
+    a: &Tensor<T, S, P>,
+    truncation: &Truncation,
+    weight: impl Fn(&S) -> f64,
+) -> Result<Svd<T, S, P>, Error> {
     truncation.check()?;
     let filled = P::fill_absent(a)?;
     let a = filled.as_ref().unwrap_or(a);
@@ -288,13 +305,14 @@ pub fn svd<T: Field, S: AbelianSector, P: Factorize<T>>(
         .map(|p| p.with(|o| P::singular_values(o).to_vec()))
         .collect::<Result<_, _>>()
         .map_err(own_failure)?;
-    let (kept, discarded_weight, total_weight) = truncation.select(&values);
     let structure = a.structure();
     let labels: Vec<S> = structure
         .sectors()
         .iter()
         .map(|c| c.sector().clone())
         .collect();
+    let weights: Vec<f64> = labels.iter().map(weight).collect();
+    let (kept, discarded_weight, total_weight) = truncation.select_weighted(&values, &weights);
     let bond = bond_leg(labels.iter().cloned().zip(kept.iter().copied()))?;
     let placement = a.placement();
     let u = Tensor::zeros_on(left_structure(structure, &bond)?, &placement)?;

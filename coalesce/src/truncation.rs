@@ -80,10 +80,25 @@ impl Truncation {
     /// the values' ratios: values near `1e200` or `1e-200`, whose squares overflow or vanish
     /// in `f64`, are truncated as their rescaled copies are. The weights returned are then
     /// scaled back (infinite only when the true weight exceeds `f64`'s range).
+    #[cfg(test)]
     pub(crate) fn select(&self, values: &[Vec<f64>]) -> (Vec<usize>, f64, f64) {
+        self.select_weighted(values, &vec![1.0; values.len()])
+    }
+
+    /// [`select`](Self::select) where every value of sector `c` stands for `weights[c]`
+    /// states (the quantum dimension of a non-abelian sector: a multiplet is kept or dropped
+    /// whole): it counts `weights[c]` towards `max_dim` and `weights[c] s^2` towards the
+    /// weights. The ranking is by value, and the kept values are a prefix of it: the first
+    /// multiplet that does not fit in `max_dim` ends the prefix.
+    pub(crate) fn select_weighted(
+        &self,
+        values: &[Vec<f64>],
+        weights: &[f64],
+    ) -> (Vec<usize>, f64, f64) {
         // The sector tasks fail on a value that is not finite (`Error::NonFinite`) before
         // their values reach the ranking.
         debug_assert!(values.iter().flatten().all(|s| s.is_finite()));
+        debug_assert_eq!(values.len(), weights.len());
         let mut ranked: Vec<(f64, usize, usize)> = values
             .iter()
             .enumerate()
@@ -94,21 +109,29 @@ impl Truncation {
             Some(r) if r.0 > 0.0 => r.0,
             _ => 1.0,
         };
-        let square = |s: f64| (s / scale) * (s / scale);
-        let total: f64 = ranked.iter().map(|r| square(r.0)).sum();
+        let square = |r: &(f64, usize, usize)| weights[r.1] * (r.0 / scale) * (r.0 / scale);
+        let total: f64 = ranked.iter().map(square).sum();
         let mut keep = ranked.len();
         if let Some(cutoff) = self.cutoff {
             keep = ranked.iter().take_while(|r| r.0 >= cutoff).count();
         }
         if let Some(max_dim) = self.max_dim {
-            keep = keep.min(max_dim);
+            let mut states = 0.0;
+            let fits = ranked[..keep]
+                .iter()
+                .take_while(|r| {
+                    states += weights[r.1];
+                    states <= max_dim as f64
+                })
+                .count();
+            keep = keep.min(fits);
         }
-        let mut discarded: f64 = ranked[keep..].iter().map(|r| square(r.0)).sum();
+        let mut discarded: f64 = ranked[keep..].iter().map(square).sum();
         if let Some(fraction) = self.max_discarded_weight {
             let bound = fraction * total;
-            while keep > 0 && discarded + square(ranked[keep - 1].0) <= bound {
+            while keep > 0 && discarded + square(&ranked[keep - 1]) <= bound {
                 keep -= 1;
-                discarded += square(ranked[keep].0);
+                discarded += square(&ranked[keep]);
             }
         }
         let mut kept = vec![0; values.len()];
@@ -124,6 +147,30 @@ impl Truncation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weighted_selection_keeps_multiplets_whole() {
+        // Sector 1 is a triplet: each of its values stands for three states.
+        let v = vec![vec![5.0, 1.0], vec![4.0, 3.0]];
+        let w = [1.0, 3.0];
+        // 5 (1 state), 4 (3 states): 4 states; the triplet at 3 would make 7.
+        assert_eq!(Truncation::max_dim(6).select_weighted(&v, &w).0, vec![1, 1]);
+        assert_eq!(Truncation::max_dim(7).select_weighted(&v, &w).0, vec![1, 2]);
+        let (kept, discarded, total) = Truncation::max_dim(4).select_weighted(&v, &w);
+        assert_eq!(kept, vec![1, 1]);
+        assert!((total - (25.0 + 1.0 + 3.0 * (16.0 + 9.0))).abs() < 1e-12);
+        assert!((discarded - (1.0 + 27.0)).abs() < 1e-12);
+        // The discarded weight counts every state of a multiplet.
+        let t = Truncation {
+            max_discarded_weight: Some(28.0 / 101.0),
+            ..Truncation::none()
+        };
+        assert_eq!(t.select_weighted(&v, &w).0, vec![1, 1]);
+        assert_eq!(
+            Truncation::none().select_weighted(&v, &[1.0, 1.0]),
+            Truncation::none().select(&v)
+        );
+    }
 
     #[test]
     fn selection_is_global_across_sectors() {

@@ -219,3 +219,70 @@ fn mismatched_pairs_are_refused_and_nothing_is_written() {
         before
     );
 }
+
+#[test]
+fn svd_factors_reconstruct_and_truncate_by_states() {
+    use tessera_coalesce::{Truncation, svd_su2};
+    let mut rng = ChaCha8Rng::seed_from_u64(2931);
+    let names = ['a', 'b', 'c', 'd', 'e', 'f'];
+    let mut truncated = 0;
+    for case in 0..30 {
+        let (p, q) = (rng.gen_range(1..=2), rng.gen_range(1..=2));
+        let legs: Vec<Su2Leg> = (0..p + q).map(|_| random_leg(&mut rng)).collect();
+        let a = Su2Tensor::<f64>::random(Su2Structure::new(legs, p).unwrap(), case).unwrap();
+        let dense = a.to_dense().unwrap();
+        let norm2: f64 = dense.iter().map(|x| x * x).sum();
+        if norm2 == 0.0 {
+            continue;
+        }
+        let cod: String = names[..p].iter().collect();
+        let dom: String = names[p..p + q].iter().collect();
+        for max_dim in [None, Some(rng.gen_range(1..=6))] {
+            let t = Truncation {
+                max_dim,
+                ..Truncation::none()
+            };
+            let f = svd_su2(&a, &t).unwrap();
+            assert!(
+                (f.total_weight - norm2).abs() < 1e-10 * norm2,
+                "case {case}"
+            );
+            if let Some(m) = max_dim {
+                assert!(
+                    f.bond.dim() <= m,
+                    "case {case}: {} states kept",
+                    f.bond.dim()
+                );
+                if f.discarded_weight > 0.0 {
+                    truncated += 1;
+                }
+            } else {
+                assert!(f.discarded_weight < 1e-20);
+            }
+            let svt = f.s.scale_rows(f.vt.data()).unwrap();
+            let svt = Su2Tensor::from_data(f.vt.structure().clone(), svt).unwrap();
+            let back = contract_su2(&format!("{cod}z,z{dom}->{cod}|{dom}"), &f.u, &svt).unwrap();
+            let err: f64 = back
+                .to_dense()
+                .unwrap()
+                .iter()
+                .zip(&dense)
+                .map(|(x, y)| (x - y) * (x - y))
+                .sum();
+            assert!(
+                (err - f.discarded_weight).abs() < 1e-10 * norm2,
+                "case {case}: |A - U S V+|^2 = {err}, discarded {}",
+                f.discarded_weight
+            );
+            // U is an isometry: U+ U is the identity of the bond.
+            let ud = f.u.adjoint().unwrap();
+            let id = contract_su2(&format!("y{cod},{cod}z->y|z"), &ud, &f.u).unwrap();
+            let n = f.bond.dim();
+            for (k, x) in id.to_dense().unwrap().iter().enumerate() {
+                let want = if k % n == k / n { 1.0 } else { 0.0 };
+                assert!((x - want).abs() < 1e-12, "case {case}: U+U at {k} is {x}");
+            }
+        }
+    }
+    assert!(truncated > 5, "only {truncated} decompositions truncated");
+}

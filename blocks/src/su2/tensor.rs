@@ -229,6 +229,26 @@ impl<T: Scalar<Real = f64>> Su2Tensor<T> {
         Ok(sum.sqrt())
     }
 
+    /// The adjoint map: codomain and domain swapped (the old domain legs, in order, then
+    /// the old codomain legs), every leg dualled, the dense tensor conjugated. The trees are
+    /// real and a flipped leg stays flipped, so each reduced block is conjugate-transposed
+    /// (the abelian adjoint of the matrix form, scheduled as tasks).
+    ///
+    /// # Errors
+    ///
+    /// Allocation and runtime errors.
+    pub fn adjoint(&self) -> Result<Self, Error> {
+        let s = &*self.structure;
+        let legs: Vec<Su2Leg> = s
+            .domain()
+            .iter()
+            .chain(s.codomain())
+            .map(Su2Leg::dual)
+            .collect();
+        let target = Su2Structure::new(legs, s.domain().len())?;
+        Self::from_data(target, self.data.adjoint()?)
+    }
+
     /// The same tensor with its legs permuted (new leg `i` is old leg `perm[i]`, with its
     /// direction) and `n_codomain` legs in the codomain. One task per segment tuple, each
     /// waiting for exactly the blocks it reads; the recouplings are computed once per tuple
