@@ -33,6 +33,7 @@ pub mod models;
 pub mod mpo;
 pub mod observables;
 pub mod sites;
+pub mod su2;
 pub mod terms;
 
 pub use chain::{Mpo, Mps};

@@ -171,7 +171,7 @@ fn next_omega(
 
 /// The lowest eigenvalue of the symmetric tridiagonal matrix with diagonal `alpha` and
 /// off-diagonal `beta`, and its eigenvector (faer's dense self-adjoint eigensolver).
-fn lowest_of_tridiagonal(alpha: &[f64], beta: &[f64]) -> Result<(f64, Vec<f64>)> {
+pub(crate) fn lowest_of_tridiagonal(alpha: &[f64], beta: &[f64]) -> Result<(f64, Vec<f64>)> {
     let n = alpha.len();
     let t = faer::Mat::<f64>::from_fn(n, n, |i, j| match i.abs_diff(j) {
         0 => alpha[i],

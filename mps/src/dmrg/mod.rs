@@ -82,6 +82,7 @@ mod tests;
 
 pub use checkpoint::CHECKPOINT_FILE;
 pub use heff::EffectiveHamiltonian;
+pub(crate) use lanczos::lowest_of_tridiagonal;
 pub use lanczos::{Eigenpair, lanczos};
 pub use spectrum::BondSpectrum;
 

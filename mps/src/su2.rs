@@ -1,0 +1,396 @@
+//! Two-site DMRG with SU(2) symmetry, on the Heisenberg chain of spin `s`.
+//!
+//! Owns [`heisenberg_su2`] (the driver), [`Su2Dmrg`] (its settings) and [`Su2Ground`] (its
+//! result): the MPS, the MPO and the environments are [`Su2Tensor`]s, every contraction is
+//! [`contract_su2`] (one GEMM per coupled spin), every split is [`svd_su2`] (multiplets kept
+//! whole, `max_states` counting states). Invariants:
+//!
+//! - The MPO is the SU(2)-invariant form of `J sum S_i . S_(i+1)`: a bond of two singlets
+//!   (start, done) and one triplet carrying the spherical components `T_q` of `S`; it is
+//!   built from its dense form and checked to be invariant (projection loses nothing).
+//! - Sites left of the centre are left-canonical, right of it right-canonical; the Lanczos
+//!   vectors are the reduced blocks scaled by `sqrt(2c + 1)`, so their Euclidean inner
+//!   product is the dense one and the effective Hamiltonian is symmetric on them.
+
+use crate::Result;
+use crate::error::Error;
+use std::sync::Arc;
+use tessera_blocks::AsyncArray;
+use tessera_blocks::Direction;
+use tessera_blocks::su2::{Su2Leg, Su2Structure, Su2Tensor};
+use tessera_coalesce::{Truncation, svd_su2};
+use tessera_contract::contract_su2;
+
+/// Settings of [`heisenberg_su2`].
+#[derive(Clone, Debug)]
+pub struct Su2Dmrg {
+    /// Sites.
+    pub sites: usize,
+    /// The spin of a site, as `2s` (1 for spin one half, 2 for spin one).
+    pub two_s: u32,
+    /// The exchange `J`.
+    pub j: f64,
+    /// The most states (multiplets times their dimensions) a bond keeps.
+    pub max_states: usize,
+    /// Full sweeps (one left to right and back each).
+    pub sweeps: usize,
+    /// The seed of the random initial state.
+    pub seed: u64,
+}
+
+/// What [`heisenberg_su2`] found.
+#[derive(Debug)]
+pub struct Su2Ground {
+    /// The ground energy after the last sweep.
+    pub energy: f64,
+    /// The energy after each sweep.
+    pub energies: Vec<f64>,
+    /// The largest number of states a bond kept.
+    pub max_states: usize,
+    /// The largest number of multiplets a bond kept.
+    pub max_multiplets: usize,
+    /// The largest discarded weight of the last sweep.
+    pub discarded_weight: f64,
+}
+
+fn dmrg_error(what: &str, expected: &str, found: String) -> Error {
+    Error::Dmrg {
+        what: what.into(),
+        expected: expected.into(),
+        found,
+    }
+}
+
+/// The MPO bond: two singlets (start, done) and the triplet of `S`.
+fn mpo_bond(direction: Direction) -> Result<Su2Leg> {
+    Ok(Su2Leg::new(direction, [(0, 2), (2, 1)])?)
+}
+
+/// The spherical components `T_(+1) = -S^+ / sqrt 2`, `T_0 = S^z`, `T_(-1) = S^- / sqrt 2` of a
+/// spin `two_s / 2`, as dense matrices (row `p`, column `p'`, `m` from `s` down).
+fn spherical(two_s: u32) -> [Vec<f64>; 3] {
+    let d = two_s as usize + 1;
+    let s = f64::from(two_s) / 2.0;
+    let m = |i: usize| s - i as f64;
+    let mut out = [vec![0.0; d * d], vec![0.0; d * d], vec![0.0; d * d]];
+    for i in 0..d {
+        out[1][i + d * i] = m(i);
+        if i > 0 {
+            // S^+ |m(i)> = sqrt(s(s+1) - m(m+1)) |m(i-1)>.
+            let up = (s * (s + 1.0) - m(i) * (m(i) + 1.0)).sqrt();
+            out[0][(i - 1) + d * i] = -up / 2.0_f64.sqrt();
+            out[2][i + d * (i - 1)] = up / 2.0_f64.sqrt();
+        }
+    }
+    out
+}
+
+/// The bulk MPO tensor `W[wL, p, p', wR]` (legs `In`, `In`, `Out`, `Out`).
+fn mpo(two_s: u32, j: f64) -> Result<Su2Tensor<f64>> {
+    let d = two_s as usize + 1;
+    let p = Su2Leg::new(Direction::In, [(two_s, 1)])?;
+    let s = Su2Structure::new(
+        vec![
+            mpo_bond(Direction::In)?,
+            p.clone(),
+            p.dual(),
+            mpo_bond(Direction::Out)?,
+        ],
+        2,
+    )?;
+    let t = spherical(two_s);
+    let at = |wl: usize, a: usize, b: usize, wr: usize| wl + 5 * (a + d * (b + d * wr));
+    let mut w = vec![0.0; 25 * d * d];
+    for a in 0..d {
+        w[at(0, a, a, 0)] = 1.0;
+        w[at(1, a, a, 1)] = 1.0;
+    }
+    // Channel k carries q = 1 - k: open with T_q, close with J (-1)^q T_(-q).
+    for k in 0..3 {
+        let sign = if k == 1 { 1.0 } else { -1.0 };
+        for a in 0..d {
+            for b in 0..d {
+                w[at(0, a, b, 2 + k)] = t[k][a + d * b];
+                w[at(2 + k, a, b, 1)] = j * sign * t[2 - k][a + d * b];
+            }
+        }
+    }
+    let tensor = Su2Tensor::from_dense(s, &w)?;
+    let back = tensor.to_dense()?;
+    let err = back
+        .iter()
+        .zip(&w)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    if err > 1e-12 {
+        return Err(dmrg_error(
+            "the SU(2) Heisenberg MPO",
+            "an invariant dense form",
+            format!("a projection that moves it by {err}"),
+        ));
+    }
+    Ok(tensor)
+}
+
+/// A one-element environment selecting MPO channel `channel` (0: start, 1: done); legs
+/// `[x, w, y]` with the given directions.
+fn boundary(channel: usize, dirs: [Direction; 3]) -> Result<Su2Tensor<f64>> {
+    let one = |d| Su2Leg::new(d, [(0, 1)]);
+    let s = Su2Structure::new(vec![one(dirs[0])?, mpo_bond(dirs[1])?, one(dirs[2])?], 1)?;
+    let mut dense = vec![0.0; 5];
+    dense[channel] = 1.0;
+    Ok(Su2Tensor::from_dense(s, &dense)?)
+}
+
+/// The spins of bond `i` of `sites` spins `two_s / 2` (total spin 0 at both ends).
+fn bond_spins(i: usize, sites: usize, two_s: u32) -> Vec<u32> {
+    let left = i as u32 * two_s;
+    let right = (sites - i) as u32 * two_s;
+    (0..=left.min(right))
+        .filter(|j| (left - j).is_multiple_of(2))
+        .collect()
+}
+
+/// `L' = A+ (L A W)`: the left environment one site on.
+fn grow_left(l: &Su2Tensor<f64>, a: &Su2Tensor<f64>, w: &Su2Tensor<f64>) -> Result<Su2Tensor<f64>> {
+    let t1 = contract_su2("xwy,ypr->xwpr", l, a)?;
+    let t2 = contract_su2("xwpr,wspv->xsrv", &t1, w)?;
+    // A's legs (l, p, r) are x, s, z on its adjoint.
+    let ad = a.adjoint()?;
+    let spec = format!("{},xsrv->z|vr", adjoint_labels(a, "xsz"));
+    Ok(contract_su2(&spec, &ad, &t2)?)
+}
+
+/// `R' = (B W R) B+`: the right environment one site on.
+fn grow_right(
+    r: &Su2Tensor<f64>,
+    b: &Su2Tensor<f64>,
+    w: &Su2Tensor<f64>,
+) -> Result<Su2Tensor<f64>> {
+    let t1 = contract_su2("lpr,rwx->lpwx", b, r)?;
+    let t2 = contract_su2("lpwx,vspw->lvsx", &t1, w)?;
+    // B's legs (l, p, r) are z, s, x on its adjoint.
+    let bd = b.adjoint()?;
+    let spec = format!("lvsx,{}->l|vz", adjoint_labels(b, "zsx"));
+    Ok(contract_su2(&spec, &t2, &bd)?)
+}
+
+/// The labels of `t.adjoint()`'s legs, given `labels` of `t`'s: its domain's, then its
+/// codomain's.
+fn adjoint_labels(t: &Su2Tensor<f64>, labels: &str) -> String {
+    let (cod, dom) = labels.split_at(t.structure().n_codomain());
+    format!("{dom}{cod}")
+}
+
+/// `H_eff theta` for the two-site `theta[l, p, q | r]`.
+fn apply(
+    l: &Su2Tensor<f64>,
+    w: &Su2Tensor<f64>,
+    r: &Su2Tensor<f64>,
+    theta: &Su2Tensor<f64>,
+) -> Result<Su2Tensor<f64>> {
+    let x1 = contract_su2("xwl,lpqr->xwpqr", l, theta)?;
+    let x2 = contract_su2("xwpqr,wspv->xsqrv", &x1, w)?;
+    let x3 = contract_su2("xsqrv,vtqu->xstru", &x2, w)?;
+    Ok(contract_su2("xstru,ruz->xst|z", &x3, r)?)
+}
+
+/// The reduced blocks scaled by `sqrt(2c + 1)`, flattened: the dense inner product.
+fn to_vector(t: &Su2Tensor<f64>) -> Result<Vec<f64>> {
+    let s = t.structure();
+    let blocks = t.data().to_blocks()?;
+    let mut out = Vec::new();
+    for (id, b) in blocks.iter().enumerate() {
+        let w = f64::from(s.coupled_of(id).expect("a block") + 1).sqrt();
+        out.extend(b.iter().map(|x| x * w));
+    }
+    Ok(out)
+}
+
+fn from_vector(s: &Arc<Su2Structure>, v: &[f64]) -> Result<Su2Tensor<f64>> {
+    let mut blocks = Vec::new();
+    let mut at = 0;
+    for b in s.matrix().blocks() {
+        let w = f64::from(s.coupled_of(b.id()).expect("a block") + 1).sqrt();
+        blocks.push(v[at..at + b.len()].iter().map(|x| x / w).collect());
+        at += b.len();
+    }
+    let data = AsyncArray::from_blocks(Arc::clone(s.matrix()), &blocks)?;
+    Ok(Su2Tensor::from_data(Arc::clone(s), data)?)
+}
+
+/// The lowest eigenpair of `H_eff` from `theta`, by Lanczos with full reorthogonalization.
+fn lowest(
+    l: &Su2Tensor<f64>,
+    w: &Su2Tensor<f64>,
+    r: &Su2Tensor<f64>,
+    theta: &Su2Tensor<f64>,
+) -> Result<(f64, Su2Tensor<f64>)> {
+    let s = Arc::clone(theta.structure());
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    let mut v = to_vector(theta)?;
+    let n = dot(&v, &v).sqrt();
+    if n == 0.0 {
+        return Err(dmrg_error(
+            "the two-site state",
+            "a nonzero state",
+            "zero".into(),
+        ));
+    }
+    v.iter_mut().for_each(|x| *x /= n);
+    let max_krylov = v.len().min(40);
+    let (mut basis, mut alpha, mut beta) = (vec![v], Vec::new(), Vec::new());
+    let mut last = f64::INFINITY;
+    let best = loop {
+        let k = basis.len() - 1;
+        let hv = to_vector(&apply(l, w, r, &from_vector(&s, &basis[k])?)?)?;
+        let a = dot(&hv, &basis[k]);
+        alpha.push(a);
+        let mut next = hv;
+        for _ in 0..2 {
+            for b in &basis {
+                let c = dot(&next, b);
+                next.iter_mut().zip(b).for_each(|(x, y)| *x -= c * y);
+            }
+        }
+        let best = crate::dmrg::lowest_of_tridiagonal(&alpha, &beta)?;
+        let b = dot(&next, &next).sqrt();
+        if basis.len() >= max_krylov || b < 1e-12 || (best.0 - last).abs() < 1e-14 {
+            break best;
+        }
+        last = best.0;
+        beta.push(b);
+        next.iter_mut().for_each(|x| *x /= b);
+        basis.push(next);
+    };
+    let mut g = vec![0.0; basis[0].len()];
+    for (c, b) in best.1.iter().zip(&basis) {
+        g.iter_mut().zip(b).for_each(|(x, y)| *x += c * y);
+    }
+    Ok((best.0, from_vector(&s, &g)?))
+}
+
+/// The ground state of the open spin-`s` Heisenberg chain `J sum S_i . S_(i+1)` by two-site
+/// DMRG with SU(2) symmetry, in the total-spin-0 sector.
+///
+/// ```
+/// use tessera_mps::su2::{Su2Dmrg, heisenberg_su2};
+///
+/// let run = Su2Dmrg { sites: 6, two_s: 1, j: 1.0, max_states: 20, sweeps: 2, seed: 1 };
+/// let g = heisenberg_su2(&run)?;
+/// assert!((g.energy - -2.493577133887926).abs() < 1e-10); // exact, L = 6
+/// # Ok::<(), tessera_mps::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::Dmrg`] for fewer than two sites, `two_s = 0`, or a chain whose spins cannot
+/// couple to 0 (an odd number of half-integer spins); the errors of the contractions and
+/// factorizations.
+pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
+    let n = run.sites;
+    if n < 2 || run.two_s == 0 || !(n as u32 * run.two_s).is_multiple_of(2) {
+        return Err(dmrg_error(
+            "the SU(2) Heisenberg chain",
+            "at least two sites of spin s > 0 that couple to total spin 0",
+            format!("{n} sites of 2s = {}", run.two_s),
+        ));
+    }
+    let w = mpo(run.two_s, run.j)?;
+    let p = Su2Leg::new(Direction::In, [(run.two_s, 1)])?;
+    let bond =
+        |i: usize, d| Su2Leg::new(d, bond_spins(i, n, run.two_s).into_iter().map(|j| (j, 1)));
+    // A random state, then right-canonical from the right end.
+    let mut m: Vec<Su2Tensor<f64>> = (0..n)
+        .map(|i| {
+            let s = Su2Structure::new(
+                vec![
+                    bond(i, Direction::In)?,
+                    p.clone(),
+                    bond(i + 1, Direction::Out)?,
+                ],
+                2,
+            )?;
+            Ok(Su2Tensor::random(s, run.seed + i as u64)?)
+        })
+        .collect::<Result<_>>()?;
+    for i in (1..n).rev() {
+        let f = svd_su2(&m[i].permuted(&[0, 1, 2], 1)?, &Truncation::none())?;
+        let us = f.s.scale_columns(f.u.data())?;
+        let us = Su2Tensor::from_data(Arc::clone(f.u.structure()), us)?;
+        m[i - 1] = contract_su2("lpr,rb->lp|b", &m[i - 1], &us)?;
+        m[i] = f.vt;
+    }
+    let l0 = boundary(0, [Direction::In, Direction::Out, Direction::Out])?;
+    let rn = boundary(1, [Direction::In, Direction::In, Direction::Out])?;
+    let mut left: Vec<Option<Su2Tensor<f64>>> = (0..=n).map(|_| None).collect();
+    let mut right: Vec<Option<Su2Tensor<f64>>> = (0..=n).map(|_| None).collect();
+    left[0] = Some(l0);
+    right[n] = Some(rn);
+    for i in (2..n).rev() {
+        right[i] = Some(grow_right(
+            right[i + 1].as_ref().expect("built"),
+            &m[i],
+            &w,
+        )?);
+    }
+    let truncation = Truncation::max_dim(run.max_states);
+    let mut out = Su2Ground {
+        energy: f64::NAN,
+        energies: Vec::new(),
+        max_states: 0,
+        max_multiplets: 0,
+        discarded_weight: 0.0,
+    };
+    for _ in 0..run.sweeps {
+        out.discarded_weight = 0.0;
+        let mut energy = f64::NAN;
+        // Left to right: the centre moves from site 0 to site n - 1.
+        for i in 0..n - 1 {
+            let theta = contract_su2("lpr,rqs->lpq|s", &m[i], &m[i + 1])?;
+            let (e, g) = lowest(
+                left[i].as_ref().expect("built"),
+                &w,
+                right[i + 2].as_ref().expect("built"),
+                &theta,
+            )?;
+            energy = e;
+            let f = svd_su2(&g.permuted(&[0, 1, 2, 3], 2)?, &truncation)?;
+            note(&mut out, &f.bond, f.discarded_weight);
+            let svt = f.s.scale_rows(f.vt.data())?;
+            m[i + 1] = Su2Tensor::from_data(Arc::clone(f.vt.structure()), svt)?;
+            m[i] = f.u;
+            left[i + 1] = Some(grow_left(left[i].as_ref().expect("built"), &m[i], &w)?);
+        }
+        // Right to left: back to site 0.
+        for i in (0..n - 1).rev() {
+            let theta = contract_su2("lpr,rqs->lpq|s", &m[i], &m[i + 1])?;
+            let (e, g) = lowest(
+                left[i].as_ref().expect("built"),
+                &w,
+                right[i + 2].as_ref().expect("built"),
+                &theta,
+            )?;
+            energy = e;
+            let f = svd_su2(&g.permuted(&[0, 1, 2, 3], 2)?, &truncation)?;
+            note(&mut out, &f.bond, f.discarded_weight);
+            let us = f.s.scale_columns(f.u.data())?;
+            m[i] = Su2Tensor::from_data(Arc::clone(f.u.structure()), us)?;
+            m[i + 1] = f.vt;
+            right[i + 1] = Some(grow_right(
+                right[i + 2].as_ref().expect("built"),
+                &m[i + 1],
+                &w,
+            )?);
+        }
+        out.energies.push(energy);
+        out.energy = energy;
+    }
+    Ok(out)
+}
+
+fn note(out: &mut Su2Ground, bond: &Su2Leg, discarded: f64) {
+    out.max_states = out.max_states.max(bond.dim());
+    out.max_multiplets = out.max_multiplets.max(bond.reduced_dim());
+    out.discarded_weight = out.discarded_weight.max(discarded);
+}

@@ -1,0 +1,84 @@
+//! The SU(2) DMRG (issue 29 item 5) against exact diagonalisation of the same chain and
+//! against the U(1) engine: the same ground energy, for spin one half and spin one.
+
+use tessera_core::Runtime;
+use tessera_mps::dmrg::{Dmrg, Settings};
+use tessera_mps::exact;
+use tessera_mps::models::{ChainModel, Model, ModelVisitor};
+use tessera_mps::su2::{Su2Dmrg, heisenberg_su2};
+
+/// The exact ground energy of a model, and the U(1) engine's at `chi` states.
+struct Reference {
+    chi: usize,
+}
+
+impl ModelVisitor for Reference {
+    type Output = (f64, f64);
+
+    fn visit<M: ChainModel>(self, model: &M) -> Self::Output {
+        let exact = exact::ground_energy(&model.terms().unwrap(), &model.sector()).unwrap();
+        let mut settings = Settings::new(self.chi);
+        settings.sweeps = 20;
+        settings.tol = 1e-12;
+        let runtime = Runtime::new(2).unwrap();
+        let e = runtime
+            .enter(|| {
+                let mut dmrg = Dmrg::new(model.mpo()?, model.initial_state()?, settings)?;
+                dmrg.run(|_| {}, |_| {})
+            })
+            .unwrap();
+        (exact, e)
+    }
+}
+
+fn check(spec: &str, sites: usize, two_s: u32, states: usize) {
+    let (exact, u1) = Model::parse(spec).unwrap().visit(Reference { chi: states });
+    let run = Su2Dmrg {
+        sites,
+        two_s,
+        j: 1.0,
+        max_states: states,
+        sweeps: 4,
+        seed: 7,
+    };
+    let su2 = heisenberg_su2(&run).unwrap();
+    assert!(
+        (su2.energy - exact).abs() < 1e-9,
+        "{spec}: SU(2) DMRG {:.14}, exact {exact:.14}",
+        su2.energy
+    );
+    assert!(
+        (su2.energy - u1).abs() < 1e-9,
+        "{spec}: SU(2) DMRG {:.14}, U(1) DMRG {u1:.14}",
+        su2.energy
+    );
+    assert!(su2.max_states <= states);
+    // Multiplets: fewer stored than the states they stand for.
+    assert!(su2.max_multiplets < su2.max_states, "{su2:?}");
+}
+
+#[test]
+fn spin_one_half_matches_exact_and_u1() {
+    check("heisenberg:L=12", 12, 1, 64);
+}
+
+#[test]
+fn spin_one_matches_exact_and_u1() {
+    check("xxz:L=8,S=1,Jz=1", 8, 2, 81);
+}
+
+#[test]
+fn misuse_is_refused() {
+    for (sites, two_s) in [(1, 1), (4, 0), (5, 1)] {
+        let run = Su2Dmrg {
+            sites,
+            two_s,
+            j: 1.0,
+            max_states: 8,
+            sweeps: 1,
+            seed: 1,
+        };
+        let e = heisenberg_su2(&run).unwrap_err();
+        assert!(matches!(e, tessera_mps::Error::Dmrg { .. }), "{e}");
+    }
+}
