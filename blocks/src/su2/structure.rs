@@ -257,9 +257,9 @@ pub struct Group {
 /// let w = Su2Leg::new(Direction::In, [(2, 1)])?;
 /// let bond = Su2Leg::new(Direction::Out, [(1, 3), (3, 2)])?;
 /// let s = Su2Structure::new(vec![p, w, bond], 2)?;
-/// // One reduced block per coupled spin: 3 x 1 numbers where the dense tensor has 36.
+/// // One reduced block per coupled spin: 5 numbers where the dense tensor has 84.
 /// assert_eq!(s.matrix().num_blocks(), 2);
-/// assert_eq!((s.matrix().total_len(), s.dense_dims()), (5, vec![2, 3, 10]));
+/// assert_eq!((s.matrix().total_len(), s.dense_dims()), (5, vec![2, 3, 14]));
 /// # Ok::<(), tessera_blocks::Error>(())
 /// ```
 #[derive(Debug)]
