@@ -347,16 +347,9 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
         let mut energy = f64::NAN;
         // Left to right: the centre moves from site 0 to site n - 1.
         for i in 0..n - 1 {
-            let theta = contract_su2("lpr,rqs->lpq|s", &m[i], &m[i + 1])?;
-            let (e, g) = lowest(
-                left[i].as_ref().expect("built"),
-                &w,
-                right[i + 2].as_ref().expect("built"),
-                &theta,
-            )?;
+            let envs = (&left[i], &right[i + 2]);
+            let (e, f) = solve_pair(&m[i], &m[i + 1], envs, &w, &truncation, &mut out)?;
             energy = e;
-            let f = svd_su2(&g.permuted(&[0, 1, 2, 3], 2)?, &truncation)?;
-            note(&mut out, &f.bond, f.discarded_weight);
             let svt = f.s.scale_rows(f.vt.data())?;
             m[i + 1] = Su2Tensor::from_data(Arc::clone(f.vt.structure()), svt)?;
             m[i] = f.u;
@@ -364,16 +357,9 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
         }
         // Right to left: back to site 0.
         for i in (0..n - 1).rev() {
-            let theta = contract_su2("lpr,rqs->lpq|s", &m[i], &m[i + 1])?;
-            let (e, g) = lowest(
-                left[i].as_ref().expect("built"),
-                &w,
-                right[i + 2].as_ref().expect("built"),
-                &theta,
-            )?;
+            let envs = (&left[i], &right[i + 2]);
+            let (e, f) = solve_pair(&m[i], &m[i + 1], envs, &w, &truncation, &mut out)?;
             energy = e;
-            let f = svd_su2(&g.permuted(&[0, 1, 2, 3], 2)?, &truncation)?;
-            note(&mut out, &f.bond, f.discarded_weight);
             let us = f.s.scale_columns(f.u.data())?;
             m[i] = Su2Tensor::from_data(Arc::clone(f.u.structure()), us)?;
             m[i + 1] = f.vt;
@@ -389,8 +375,25 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
     Ok(out)
 }
 
-fn note(out: &mut Su2Ground, bond: &Su2Leg, discarded: f64) {
-    out.max_states = out.max_states.max(bond.dim());
-    out.max_multiplets = out.max_multiplets.max(bond.reduced_dim());
-    out.discarded_weight = out.discarded_weight.max(discarded);
+/// The lowest state of the pair of sites `a b` between the environments `envs`, split
+/// (truncated) into `U S V+`; the bond is noted in `out`.
+fn solve_pair(
+    a: &Su2Tensor<f64>,
+    b: &Su2Tensor<f64>,
+    envs: (&Option<Su2Tensor<f64>>, &Option<Su2Tensor<f64>>),
+    w: &Su2Tensor<f64>,
+    truncation: &Truncation,
+    out: &mut Su2Ground,
+) -> Result<(f64, tessera_coalesce::Su2Svd<f64>)> {
+    let theta = contract_su2("lpr,rqs->lpq|s", a, b)?;
+    let (l, r) = (
+        envs.0.as_ref().expect("built"),
+        envs.1.as_ref().expect("built"),
+    );
+    let (e, g) = lowest(l, w, r, &theta)?;
+    let f = svd_su2(&g.permuted(&[0, 1, 2, 3], 2)?, truncation)?;
+    out.max_states = out.max_states.max(f.bond.dim());
+    out.max_multiplets = out.max_multiplets.max(f.bond.reduced_dim());
+    out.discarded_weight = out.discarded_weight.max(f.discarded_weight);
+    Ok((e, f))
 }
