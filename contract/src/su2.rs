@@ -86,7 +86,7 @@ pub fn contract_su2<T: tessera_backends::Field + Scalar<Real = f64>>(
         .collect();
     for &l in &contracted {
         let (i, j) = (pos(spec.a(), l), pos(spec.b(), l));
-        check_pair(&sa.legs()[i], &sb.legs()[j]).map_err(|source| Error::Legs {
+        Su2Leg::check_contractible(&sa.legs()[i], &sb.legs()[j]).map_err(|source| Error::Legs {
             label: l,
             a_leg: i,
             b_leg: j,
@@ -154,31 +154,4 @@ fn arranged<'a, T: Scalar<Real = f64>>(
     } else {
         Arranged::Permuted(t.permuted(perm, n_codomain)?)
     })
-}
-
-/// Checks that `a` (on `A`) and `b` (on `B`) can be contracted: opposite directions, the
-/// same spins and multiplicities.
-fn check_pair(a: &Su2Leg, b: &Su2Leg) -> Result<(), tessera_blocks::Error> {
-    if a.direction() == b.direction() {
-        return Err(tessera_blocks::Error::SameDirection {
-            direction: a.direction(),
-        });
-    }
-    let (x, y) = (a.sectors(), b.sectors());
-    if x.len() != y.len() {
-        return Err(tessera_blocks::Error::SegmentCountMismatch {
-            left: x.len(),
-            right: y.len(),
-        });
-    }
-    if let Some(k) = (0..x.len()).find(|&k| x[k] != y[k]) {
-        return Err(tessera_blocks::Error::SegmentMismatch {
-            segment: k,
-            left_sector: format!("2j = {}", x[k].0),
-            left_dim: x[k].1,
-            right_sector: format!("2j = {}", y[k].0),
-            right_dim: y[k].1,
-        });
-    }
-    Ok(())
 }

@@ -21,10 +21,11 @@
 //! - The blocks of one segment tuple (a [`Group`]) are listed in [`local_basis`] order; a leg
 //!   permutation maps each group to the group of the permuted tuple by one fixed matrix.
 
+use super::SU2;
 use super::tree::FusionTree;
 use crate::error::Error;
 use crate::leg::{Direction, Leg};
-use crate::sector::U1;
+use crate::sector::{Sector, U1};
 use crate::structure::BlockStructure;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -125,9 +126,36 @@ impl Su2Leg {
             .sum()
     }
 
-    /// Whether the leg has the same spins and multiplicities as `other`.
-    pub fn same_spaces(&self, other: &Self) -> bool {
-        self.sectors == other.sectors
+    /// Checks that `a` and `b` can be contracted, as [`Leg::check_contractible`] does for
+    /// abelian legs: opposite directions, the same number of spins, and the same spin and
+    /// multiplicity segment by segment. The error names the first offending segment.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SameDirection`], [`Error::SegmentCountMismatch`], [`Error::SegmentMismatch`].
+    pub fn check_contractible(a: &Self, b: &Self) -> Result<(), Error> {
+        if a.direction == b.direction {
+            return Err(Error::SameDirection {
+                direction: a.direction,
+            });
+        }
+        let (x, y) = (&a.sectors, &b.sectors);
+        if x.len() != y.len() {
+            return Err(Error::SegmentCountMismatch {
+                left: x.len(),
+                right: y.len(),
+            });
+        }
+        if let Some(segment) = (0..x.len()).find(|&k| x[k] != y[k]) {
+            return Err(Error::SegmentMismatch {
+                segment,
+                left_sector: format!("2j = {}", x[segment].0),
+                left_dim: x[segment].1,
+                right_sector: format!("2j = {}", y[segment].0),
+                right_dim: y[segment].1,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -153,7 +181,7 @@ pub(crate) fn couplings(spins: &[u32]) -> Vec<u32> {
     for &a in spins {
         let mut next: Vec<u32> = reach
             .iter()
-            .flat_map(|&x| (x.abs_diff(a)..=x + a).step_by(2))
+            .flat_map(|&x| SU2::half(x).fuse(&SU2::half(a)).map(SU2::two_j))
             .collect();
         next.sort_unstable();
         next.dedup();

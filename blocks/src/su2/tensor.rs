@@ -135,24 +135,9 @@ impl<T: Scalar<Real = f64>> Su2Tensor<T> {
         let len = dense_len(&dims)?;
         let blocks = self.data.to_blocks()?;
         let mut stored = vec![T::ZERO; len];
-        for g in s.groups() {
-            let (spins, degs) = (s.spins(&g.segments), s.degs(&g.segments));
-            let (cod, dom) = spins.split_at(s.n_codomain());
-            let basis = local_basis(cod, dom);
-            for (e, &id) in basis.iter().zip(&g.blocks) {
-                let b = basis_dense(cod, dom, e);
-                scatter(
-                    s,
-                    &g.segments,
-                    &spins,
-                    &degs,
-                    &b,
-                    &blocks[id],
-                    &mut stored,
-                    &dims,
-                );
-            }
-        }
+        for_each_term(s, &dims, |id, _, d, b, x| {
+            stored[d] += blocks[id][x] * real::<T>(b);
+        });
         // Undo the flip of the flipped legs: `D = epsilon^T S` on each.
         for i in (0..dims.len()).filter(|&i| s.flipped(i)) {
             stored = flip_axis(&stored, &dims, i, s.legs()[i].sectors(), true);
@@ -186,26 +171,9 @@ impl<T: Scalar<Real = f64>> Su2Tensor<T> {
         }
         let matrix = s.matrix();
         let mut blocks: Vec<Vec<T>> = matrix.blocks().map(|b| vec![T::ZERO; b.len()]).collect();
-        for g in s.groups() {
-            let (spins, degs) = (s.spins(&g.segments), s.degs(&g.segments));
-            let (cod, dom) = spins.split_at(s.n_codomain());
-            let basis = local_basis(cod, dom);
-            for (e, &id) in basis.iter().zip(&g.blocks) {
-                let b = basis_dense(cod, dom, e);
-                let scale = 1.0 / f64::from(e.0 + 1);
-                gather(
-                    s,
-                    &g.segments,
-                    &spins,
-                    &degs,
-                    &b,
-                    scale,
-                    &mut blocks[id],
-                    &stored,
-                    &dims,
-                );
-            }
-        }
+        for_each_term(s, &dims, |id, c, d, b, x| {
+            blocks[id][x] += stored[d] * real::<T>(b * (1.0 / f64::from(c + 1)));
+        });
         let data = AsyncArray::from_blocks(Arc::clone(matrix), &blocks)?;
         Ok(Self { structure, data })
     }
@@ -303,8 +271,7 @@ impl<T: Scalar<Real = f64>> Su2Tensor<T> {
                 move |(src, mut dst)| {
                     let new_degs: Vec<usize> = perm.iter().map(|&p| degs[p]).collect();
                     for (o, terms) in w.terms.iter().enumerate() {
-                        let y = unfold_mut(dst.get_mut(o), &new_degs, n_codomain);
-                        let mut y = y;
+                        let mut y = unfold_mut(dst.get_mut(o), &new_degs, n_codomain);
                         y.update(|_, _| T::ZERO);
                         for &(i, c) in terms {
                             let x = src.get(i);
@@ -424,41 +391,24 @@ fn for_each_element(
     }
 }
 
-/// `stored += X (x) B` for one block.
-#[allow(clippy::too_many_arguments)]
-fn scatter<T: Scalar<Real = f64>>(
+/// Calls `f(block id, 2c, dense offset, basis value, block offset)` for every element of
+/// every block where its basis element's dense form is nonzero: the dense tensor (stored
+/// form) is `sum f's block value times basis value` at the dense offset.
+fn for_each_term(
     s: &Su2Structure,
-    segments: &[usize],
-    spins: &[u32],
-    degs: &[usize],
-    b: &[f64],
-    x: &[T],
-    stored: &mut [T],
     dims: &[usize],
+    mut f: impl FnMut(usize, u32, usize, f64, usize),
 ) {
-    for_each_element(s, segments, spins, degs, dims, |d, bo, xo| {
-        if b[bo] != 0.0 {
-            stored[d] += x[xo] * real::<T>(b[bo]);
+    for g in s.groups() {
+        let (spins, degs) = (s.spins(&g.segments), s.degs(&g.segments));
+        let (cod, dom) = spins.split_at(s.n_codomain());
+        for (e, &id) in local_basis(cod, dom).iter().zip(&g.blocks) {
+            let b = basis_dense(cod, dom, e);
+            for_each_element(s, &g.segments, &spins, &degs, dims, |d, bo, xo| {
+                if b[bo] != 0.0 {
+                    f(id, e.0, d, b[bo], xo);
+                }
+            });
         }
-    });
-}
-
-/// `x = scale * <B, stored>` over the multiplet indices, for one block.
-#[allow(clippy::too_many_arguments)]
-fn gather<T: Scalar<Real = f64>>(
-    s: &Su2Structure,
-    segments: &[usize],
-    spins: &[u32],
-    degs: &[usize],
-    b: &[f64],
-    scale: f64,
-    x: &mut [T],
-    stored: &[T],
-    dims: &[usize],
-) {
-    for_each_element(s, segments, spins, degs, dims, |d, bo, xo| {
-        if b[bo] != 0.0 {
-            x[xo] += stored[d] * real::<T>(b[bo] * scale);
-        }
-    });
+    }
 }
