@@ -15,7 +15,7 @@
 //!   change of basis from the tree pairs of the old tuple (old legs, old split, old flips)
 //!   to those of the new, `W[o, i] = <B'_o, P(B_i)> / (2c' + 1)`, where `P` permutes the axes
 //!   and flips the legs whose flip changes. The basis elements are orthogonal with squared
-//!   norm `2c + 1`, so `W` is orthogonal in those weights (a test checks it).
+//!   norm `2c + 1`, so `W` is orthogonal in those weights (the test below checks it).
 //! - The coefficients are computed in `f64` from the exact Clebsch-Gordan coefficients of
 //!   [`super::clebsch_gordan`] (through the trees' dense forms); values below `1e-13` in
 //!   magnitude are exact zeros, dropped. A recoupling is computed on first use and shared
@@ -39,8 +39,6 @@ pub struct Recoupling {
     pub input: Vec<BasisElement>,
     /// The tree pairs of the permuted tuple (the rows).
     pub output: Vec<BasisElement>,
-    /// `output.len()` rows of `input.len()` coefficients.
-    pub matrix: Vec<f64>,
     /// Per output element, its nonzero coefficients `(input element, value)`.
     pub terms: Vec<Vec<(usize, f64)>>,
 }
@@ -114,16 +112,6 @@ impl Recoupling {
             .clone()
     }
 
-    /// Whether the recoupling is the identity (the permutation and split change nothing).
-    pub fn is_identity(&self) -> bool {
-        self.input == self.output
-            && self
-                .terms
-                .iter()
-                .enumerate()
-                .all(|(o, t)| t.len() == 1 && t[0].0 == o && t[0].1 == 1.0)
-    }
-
     fn compute(key: &RecouplingKey) -> Self {
         let n = key.spins.len();
         assert!(key.perm.len() == n && key.n_codomain <= n && key.new_n_codomain <= n);
@@ -137,42 +125,27 @@ impl Recoupling {
             .iter()
             .map(|e| basis_dense(new_cod, new_dom, e))
             .collect();
-        let mut matrix = vec![0.0; output.len() * input.len()];
+        let mut terms = vec![Vec::new(); output.len()];
         for (i, e) in input.iter().enumerate() {
             let mut b = basis_dense(cod, dom, e);
             for leg in 0..n {
-                match (key.flipped[leg], key.new_flipped[leg]) {
-                    (false, true) => {
-                        b = flip_axis(&b, &old_dims, leg, &[(key.spins[leg], 1)], false)
-                    }
-                    (true, false) => {
-                        b = flip_axis(&b, &old_dims, leg, &[(key.spins[leg], 1)], true)
-                    }
-                    _ => {}
+                // Flipped before and not after: undo it (`epsilon^T`); after only: apply it.
+                let was = key.flipped[leg];
+                if was != key.new_flipped[leg] {
+                    b = flip_axis(&b, &old_dims, leg, &[(key.spins[leg], 1)], was);
                 }
             }
             let p = permute_axes(&b, &old_dims, &key.perm);
             for (o, (out, e2)) in outputs.iter().zip(&output).enumerate() {
                 let w = out.iter().zip(&p).map(|(x, y)| x * y).sum::<f64>() / f64::from(e2.0 + 1);
                 if w.abs() > ZERO {
-                    matrix[o * input.len() + i] = w;
+                    terms[o].push((i, w));
                 }
             }
         }
-        let terms = (0..output.len())
-            .map(|o| {
-                (0..input.len())
-                    .filter_map(|i| {
-                        let w = matrix[o * input.len() + i];
-                        (w != 0.0).then_some((i, w))
-                    })
-                    .collect()
-            })
-            .collect();
         Self {
             input,
             output,
-            matrix,
             terms,
         }
     }
@@ -287,4 +260,79 @@ pub(crate) fn permute_axes(x: &[f64], dims: &[usize], perm: &[usize]) -> Vec<f64
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `sqrt(2c' + 1) W[o, i] / sqrt(2c + 1)` has orthonormal columns: a recoupling keeps
+    /// the dense norm.
+    #[test]
+    fn recouplings_are_orthogonal_in_the_multiplet_weights() {
+        let keys = [
+            (
+                vec![1, 1, 2, 2],
+                2,
+                vec![2, 0, 3, 1],
+                1,
+                [false, true, false, true],
+            ),
+            (
+                vec![2, 1, 1, 2],
+                1,
+                vec![1, 3, 0, 2],
+                3,
+                [true, false, false, false],
+            ),
+            (
+                vec![1, 3, 2, 2],
+                4,
+                vec![3, 2, 1, 0],
+                0,
+                [false, false, false, false],
+            ),
+        ];
+        for (spins, n_codomain, perm, new_n_codomain, flipped) in keys {
+            // A leg's flip changes exactly when it changes sides (as in a structure).
+            let new_flipped: Vec<bool> = (0..perm.len())
+                .map(|l| {
+                    let at = perm.iter().position(|&p| p == l).expect("a permutation");
+                    flipped[l] ^ ((l < n_codomain) != (at < new_n_codomain))
+                })
+                .collect();
+            let key = RecouplingKey {
+                spins,
+                n_codomain,
+                perm,
+                new_n_codomain,
+                flipped: flipped.to_vec(),
+                new_flipped,
+            };
+            let r = Recoupling::of(&key);
+            assert!(!r.input.is_empty(), "{key:?}");
+            let weight = |e: &BasisElement| f64::from(e.0 + 1).sqrt();
+            for i in 0..r.input.len() {
+                for k in 0..r.input.len() {
+                    let dot: f64 = r
+                        .terms
+                        .iter()
+                        .zip(&r.output)
+                        .map(|(t, e)| {
+                            let at = |c: usize| {
+                                t.iter().find(|x| x.0 == c).map_or(0.0, |x| x.1) * weight(e)
+                                    / weight(&r.input[c])
+                            };
+                            at(i) * at(k)
+                        })
+                        .sum();
+                    let want = if i == k { 1.0 } else { 0.0 };
+                    assert!(
+                        (dot - want).abs() < 1e-12,
+                        "{key:?}: ({i}, {k}) gives {dot}"
+                    );
+                }
+            }
+        }
+    }
 }
