@@ -28,7 +28,7 @@ use std::sync::Arc;
 use tessera_backends::Scalar;
 use tessera_core::{
     Alias, Domain, HazardRecord, HazardSet, ReadBuffer, RecordTable, Region, SharedBuffer,
-    StridedMut, StridedRef, WriteBuffer, for_each_offset,
+    StridedMut, StridedRef, WriteBuffer, for_each_common_run, for_each_offset,
 };
 
 /// What an array's backing allocation is called in allocation errors.
@@ -474,8 +474,9 @@ impl<T: Scalar, S: AbelianSector> AsyncArray<T, S> {
             let strides: SmallVec<[isize; 6]> =
                 block.strides().iter().map(|&s| s as isize).collect();
             let base = block.offset();
-            for_each_offset(block.shape(), &strides, |k, at| {
-                data[base + at as usize] = values[k];
+            for_each_common_run(block.shape(), [&strides], |k, run, [at]| {
+                let at = base + at as usize;
+                data[at..at + run].copy_from_slice(&values[k..k + run]);
             });
         }
         Ok(Self::from_buffer(structure, buffer))

@@ -652,7 +652,7 @@ macro_rules! shared_view_methods {
         /// The elements in column-major order.
         pub fn to_vec(&self) -> Vec<T> {
             let mut out = Vec::with_capacity(self.len());
-            self.for_each(|v| out.push(v));
+            self.for_each_run(|_, run| out.extend_from_slice(run));
             out
         }
 
