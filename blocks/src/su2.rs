@@ -435,13 +435,17 @@ pub fn r_symbol(two_a: u32, two_b: u32, two_c: u32) -> Option<i8> {
     triangle(a, b, c).then_some(if ((a + b - c) / 2) % 2 == 0 { 1 } else { -1 })
 }
 
+mod permute;
 pub mod recouple;
 mod structure;
 mod tensor;
 pub mod tree;
 
-pub use recouple::{Recoupling, RecouplingCacheStats, RecouplingKey, recoupling_cache_stats};
-pub use structure::{BasisElement, Coupling, Group, Su2Leg, Su2Structure, local_basis};
+pub use permute::permutation_cache_stats;
+pub use recouple::{CacheStats, Recoupling, RecouplingKey, recoupling_cache_stats};
+pub use structure::{
+    BasisElement, Coupling, Group, STRUCTURE_CACHE_CAPACITY, Su2Leg, Su2Structure, local_basis,
+};
 pub use tensor::Su2Tensor;
 
 #[cfg(test)]

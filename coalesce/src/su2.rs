@@ -66,8 +66,8 @@ pub fn svd_su2<T: Field + Scalar<Real = f64>>(
         .into_iter()
         .chain(s.domain().iter().cloned())
         .collect();
-    let u = Su2Tensor::from_data(Su2Structure::new(left, s.n_codomain())?, f.u)?;
-    let vt = Su2Tensor::from_data(Su2Structure::new(right, 1)?, f.vt)?;
+    let u = Su2Tensor::from_data(Su2Structure::shared(left, s.n_codomain())?, f.u)?;
+    let vt = Su2Tensor::from_data(Su2Structure::shared(right, 1)?, f.vt)?;
     Ok(Su2Svd {
         u,
         s: f.s,

@@ -110,7 +110,7 @@ pub fn contract_su2<T: tessera_backends::Field + Scalar<Real = f64>>(
         .map(|&l| sa.legs()[pos(spec.a(), l)].clone())
         .chain(free_b.iter().map(|&l| sb.legs()[pos(spec.b(), l)].clone()))
         .collect();
-    let product = Su2Structure::new(legs, free_a.len())?;
+    let product = Su2Structure::shared(legs, free_a.len())?;
     let data = AsyncArray::try_empty(std::sync::Arc::clone(product.matrix()))?;
     Contraction::new("ab,bc->ac")?.apply_into(a2.get().data(), b2.get().data(), &data)?;
     let c = Su2Tensor::from_data(product, data)?;

@@ -62,14 +62,15 @@ pub struct RecouplingKey {
     pub new_flipped: Vec<bool>,
 }
 
-/// Counters of the recoupling cache since the process started.
+/// Counters of one of the SU(2) caches (recouplings, permutation plans) since the process
+/// started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RecouplingCacheStats {
-    /// Recouplings served from the cache.
+pub struct CacheStats {
+    /// Entries served from the cache.
     pub hits: u64,
-    /// Recouplings computed.
+    /// Entries computed.
     pub misses: u64,
-    /// Recouplings held.
+    /// Entries held now.
     pub entries: usize,
 }
 
@@ -82,8 +83,8 @@ fn cache() -> &'static RwLock<HashMap<RecouplingKey, Arc<Recoupling>>> {
 }
 
 /// The recoupling cache's counters.
-pub fn recoupling_cache_stats() -> RecouplingCacheStats {
-    RecouplingCacheStats {
+pub fn recoupling_cache_stats() -> CacheStats {
+    CacheStats {
         hits: HITS.load(Ordering::Relaxed),
         misses: MISSES.load(Ordering::Relaxed),
         entries: cache().read().expect("the recoupling cache").len(),

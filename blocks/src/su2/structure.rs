@@ -28,7 +28,7 @@ use crate::leg::{Direction, Leg};
 use crate::sector::{Sector, U1};
 use crate::structure::BlockStructure;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, RwLock};
 
 /// A leg of an SU(2)-symmetric tensor: spins `two_j` (twice the spin, increasing), each with
 /// its multiplicity, and a direction: an [`In`](Direction::In) leg is a space `V` (a ket), an
@@ -218,23 +218,43 @@ pub fn local_basis(codomain: &[u32], domain: &[u32]) -> Vec<BasisElement> {
     out
 }
 
+/// The couplings of one tuple of spins: per coupled spin (increasing), its trees in
+/// [`FusionTree::all`] order. Shared per spin tuple: a structure's tuples repeat a few spin
+/// patterns many times over, and a sweep builds structures of the same patterns again and
+/// again.
+type Trees = Arc<[(u32, Vec<Option<FusionTree>>)]>;
+
+/// The couplings and trees of `spins`, from a bounded process-wide cache (cleared whole when
+/// full; the trees are a pure function of the spins).
+fn trees_of(spins: &[u32]) -> Trees {
+    const CAPACITY: usize = 1 << 14;
+    static CACHE: OnceLock<RwLock<HashMap<Vec<u32>, Trees>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(RwLock::default);
+    if let Some(t) = cache.read().expect("the tree cache").get(spins) {
+        return Arc::clone(t);
+    }
+    let built: Trees = couplings(spins)
+        .into_iter()
+        .map(|c| (c, trees(spins, c)))
+        .collect();
+    let mut held = cache.write().expect("the tree cache");
+    if held.len() >= CAPACITY {
+        held.clear();
+    }
+    Arc::clone(held.entry(spins.to_vec()).or_insert(built))
+}
+
 /// Every coupling of one side's legs: coupled spin increasing, then segment tuple, then tree.
 fn side(legs: &[Su2Leg]) -> Vec<Coupling> {
-    let mut tuples: Vec<Vec<usize>> = vec![Vec::new()];
-    for leg in legs {
-        tuples = tuples
-            .into_iter()
-            .flat_map(|t| {
-                (0..leg.sectors.len()).map(move |s| {
-                    let mut t = t.clone();
-                    t.push(s);
-                    t
-                })
-            })
-            .collect();
+    // Couplings bucketed by coupled spin; tuples come in increasing (lexicographic) order
+    // and trees in increasing order, so each bucket is sorted as it fills.
+    let mut buckets: std::collections::BTreeMap<u32, Vec<Coupling>> = Default::default();
+    let n = legs.len();
+    let mut segments = vec![0_usize; n];
+    if legs.iter().any(|l| l.sectors.is_empty()) {
+        return Vec::new();
     }
-    let mut out = Vec::new();
-    for segments in tuples {
+    loop {
         let spins: Vec<u32> = segments
             .iter()
             .zip(legs)
@@ -246,20 +266,29 @@ fn side(legs: &[Su2Leg]) -> Vec<Coupling> {
             .map(|(&s, l)| l.sectors[s].1)
             .collect();
         let dim = degs.iter().product();
-        for c in couplings(&spins) {
-            for tree in trees(&spins, c) {
-                out.push(Coupling {
-                    coupled: c,
+        for (c, trees) in trees_of(&spins).iter() {
+            let bucket = buckets.entry(*c).or_default();
+            for tree in trees {
+                bucket.push(Coupling {
+                    coupled: *c,
                     segments: segments.clone(),
-                    tree,
+                    tree: tree.clone(),
                     degs: degs.clone(),
                     dim,
                 });
             }
         }
+        // The next tuple, last leg fastest.
+        let Some(k) = (0..n)
+            .rev()
+            .find(|&k| segments[k] + 1 < legs[k].sectors.len())
+        else {
+            break;
+        };
+        segments[k] += 1;
+        segments[k + 1..].iter_mut().for_each(|s| *s = 0);
     }
-    out.sort_by(|a, b| (a.coupled, &a.segments, &a.tree).cmp(&(b.coupled, &b.segments, &b.tree)));
-    out
+    buckets.into_values().flatten().collect()
 }
 
 /// The blocks of one segment tuple (one segment per leg, codomain then domain), in
@@ -271,6 +300,9 @@ pub struct Group {
     /// The ids of its blocks in [`Su2Structure::matrix`].
     pub blocks: Vec<usize>,
 }
+
+/// The most structures [`Su2Structure::shared`] holds.
+pub const STRUCTURE_CACHE_CAPACITY: usize = 1024;
 
 /// The structure of an SU(2)-symmetric tensor map from its domain legs to its codomain legs
 /// (an invariant: total spin 0): the legs, the split, and the reduced blocks (see the module
@@ -330,10 +362,15 @@ impl Su2Structure {
             U1(0),
         )?;
         let mut by_tuple: HashMap<Vec<usize>, Vec<(&Coupling, &Coupling, usize)>> = HashMap::new();
+        // Rows and columns are sorted by coupled spin: pair the runs of equal spin only.
+        let mut k0 = 0;
         for (r, row) in rows.iter().enumerate() {
-            for (k, col) in cols.iter().enumerate() {
-                if row.coupled != col.coupled {
-                    continue;
+            while k0 < cols.len() && cols[k0].coupled < row.coupled {
+                k0 += 1;
+            }
+            for (k, col) in cols.iter().enumerate().skip(k0) {
+                if col.coupled != row.coupled {
+                    break;
                 }
                 let id = matrix
                     .block_id(&[r, k])
@@ -369,6 +406,47 @@ impl Su2Structure {
             groups,
             group_of,
         })
+    }
+
+    /// The structure of `legs` and `n_codomain`, as [`new`](Self::new) builds it, shared: the
+    /// first call builds it, later calls with equal arguments return the same `Arc` (while
+    /// the process-wide cache holds it). Contractions, permutations and factorizations make
+    /// their results' structures through it, so a sweep that meets the same legs again pays
+    /// for neither the trees nor the block tables twice, and the permutation plans keyed by
+    /// a structure's legs are reused.
+    ///
+    /// The cache holds at most [`STRUCTURE_CACHE_CAPACITY`] structures and is cleared whole
+    /// when it would exceed that (tensors keep their own structures alive).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tessera_blocks::Direction;
+    /// use tessera_blocks::su2::{Su2Leg, Su2Structure};
+    ///
+    /// let v = Su2Leg::new(Direction::In, [(0, 2), (1, 1)])?;
+    /// let a = Su2Structure::shared(vec![v.clone(), v.dual()], 1)?;
+    /// let b = Su2Structure::shared(vec![v.clone(), v.dual()], 1)?;
+    /// assert!(Arc::ptr_eq(&a, &b));
+    /// # Ok::<(), tessera_blocks::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn shared(legs: Vec<Su2Leg>, n_codomain: usize) -> Result<Arc<Self>, Error> {
+        type Cache = RwLock<HashMap<(Vec<Su2Leg>, usize), Arc<Su2Structure>>>;
+        static CACHE: OnceLock<Cache> = OnceLock::new();
+        let cache = CACHE.get_or_init(Cache::default);
+        let key = (legs, n_codomain);
+        if let Some(s) = cache.read().expect("the structure cache").get(&key) {
+            return Ok(Arc::clone(s));
+        }
+        let built = Arc::new(Self::new(key.0.clone(), n_codomain)?);
+        let mut held = cache.write().expect("the structure cache");
+        if held.len() >= STRUCTURE_CACHE_CAPACITY {
+            held.clear();
+        }
+        Ok(Arc::clone(held.entry(key).or_insert(built)))
     }
 
     /// The legs, codomain first.

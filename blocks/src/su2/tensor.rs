@@ -11,18 +11,18 @@
 //!   operation is tasks on those records, so programs keep their sequential meaning.
 //! - The dense tensor is `sum over blocks of X (x) (s t^T)` with `epsilon^T` undone on the
 //!   flipped legs (see [`super::recouple`]); a permutation is exact on it.
-//! - A permutation runs one task per segment tuple: it reads that tuple's blocks and writes
-//!   the permuted tuple's, `Y_o = sum_i W[o, i] P(X_i)`, with `W` the cached recoupling and
-//!   `P` the permutation of the multiplicity axes.
+//! - A permutation moves each segment tuple's blocks to the permuted tuple's,
+//!   `Y_o = sum_i W[o, i] P(X_i)`, with `W` the cached recoupling and `P` the permutation of
+//!   the multiplicity axes, as planned by [`super::permute`].
 
-use super::recouple::{Recoupling, RecouplingKey, basis_dense, flip_axis};
+use super::permute::PermutePlan;
+use super::recouple::{basis_dense, flip_axis};
 use super::structure::{Su2Leg, Su2Structure, local_basis};
 use crate::error::Error;
 use crate::sector::U1;
 use crate::tensor::AsyncArray;
 use std::sync::Arc;
 use tessera_backends::Scalar;
-use tessera_core::schedule_named;
 
 /// An SU(2)-symmetric tensor map: an [`Su2Structure`] and one reduced block per coupled spin
 /// and tree pair, all in one allocation with one hazard record per block.
@@ -213,101 +213,28 @@ impl<T: Scalar<Real = f64>> Su2Tensor<T> {
             .chain(s.codomain())
             .map(Su2Leg::dual)
             .collect();
-        let target = Su2Structure::new(legs, s.domain().len())?;
+        let target = Su2Structure::shared(legs, s.domain().len())?;
         Self::from_data(target, self.data.adjoint()?)
     }
 
     /// The same tensor with its legs permuted (new leg `i` is old leg `perm[i]`, with its
-    /// direction) and `n_codomain` legs in the codomain. One task per segment tuple, each
-    /// waiting for exactly the blocks it reads; the recouplings are computed once per tuple
-    /// shape and cached.
+    /// direction) and `n_codomain` legs in the codomain. The plan (the permuted structure,
+    /// the recouplings of every segment tuple, the tasks) is made once per (legs, split,
+    /// permutation, new split) and cached; each task moves a run of segment tuples and
+    /// waits for exactly the blocks it reads.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidPermutation`], [`Error::SplitOutOfRange`]; allocation and runtime
     /// errors. Nothing is enrolled on error.
     pub fn permuted(&self, perm: &[usize], n_codomain: usize) -> Result<Self, Error> {
-        let s = &*self.structure;
-        check_permutation(perm, s.legs().len())?;
-        let legs: Vec<Su2Leg> = perm.iter().map(|&p| s.legs()[p].clone()).collect();
-        let target = Arc::new(Su2Structure::new(legs, n_codomain)?);
-        let out = AsyncArray::try_empty(Arc::clone(target.matrix()))?;
-        let flipped: Vec<bool> = (0..perm.len()).map(|i| s.flipped(i)).collect();
-        let mut new_flipped = vec![false; perm.len()];
-        for (i, &p) in perm.iter().enumerate() {
-            new_flipped[p] = target.flipped(i);
-        }
-        let mut work = Vec::with_capacity(s.groups().len());
-        for g in s.groups() {
-            let segments: Vec<usize> = perm.iter().map(|&p| g.segments[p]).collect();
-            let to = target
-                .group(&segments)
-                .expect("a permuted segment tuple has the permuted tuple's blocks");
-            let key = RecouplingKey {
-                spins: s.spins(&g.segments),
-                n_codomain: s.n_codomain(),
-                perm: perm.to_vec(),
-                new_n_codomain: n_codomain,
-                flipped: flipped.clone(),
-                new_flipped: new_flipped.clone(),
-            };
-            let w = Recoupling::of(&key);
-            debug_assert_eq!(w.input.len(), g.blocks.len());
-            debug_assert_eq!(w.output.len(), to.blocks.len());
-            let degs = s.degs(&g.segments);
-            work.push((
-                self.data.block_set(&g.blocks)?,
-                out.block_set(&to.blocks)?,
-                w,
-                degs,
-            ));
-        }
-        let (n_old, perm) = (s.n_codomain(), perm.to_vec());
-        for (src, dst, w, degs) in work {
-            let perm = perm.clone();
-            schedule_named(
-                "su2 permute",
-                (src.into_read(), dst.into_overwrite()),
-                move |(src, mut dst)| {
-                    let new_degs: Vec<usize> = perm.iter().map(|&p| degs[p]).collect();
-                    for (o, terms) in w.terms.iter().enumerate() {
-                        let mut y = unfold_mut(dst.get_mut(o), &new_degs, n_codomain);
-                        y.update(|_, _| T::ZERO);
-                        for &(i, c) in terms {
-                            let x = src.get(i);
-                            let x = x
-                                .unfold_axis(1, &degs[n_old..])
-                                .and_then(|x| x.unfold_axis(0, &degs[..n_old]))
-                                .and_then(|x| x.permute_axes(&perm))
-                                .expect("a block has its segments' multiplicities");
-                            tessera_backends::cpu::axpy(real::<T>(c), &x, &mut y)
-                                .expect("permuted multiplicities match");
-                        }
-                    }
-                    Ok(())
-                },
-            )?;
-        }
+        check_permutation(perm, self.structure.legs().len())?;
+        let plan = PermutePlan::of(&self.structure, perm, n_codomain)?;
         Ok(Self {
-            structure: target,
-            data: out,
+            data: plan.apply(&self.data)?,
+            structure: Arc::clone(&plan.target),
         })
     }
-}
-
-/// A block's 2-d view unfolded into its legs' multiplicity axes.
-fn unfold_mut<'a, T: Scalar>(
-    y: tessera_core::StridedMut<'a, T>,
-    degs: &[usize],
-    n_codomain: usize,
-) -> tessera_core::StridedMut<'a, T> {
-    let Ok(y) = y.unfold_axis(1, &degs[n_codomain..]) else {
-        unreachable!("a block has its segments' multiplicities")
-    };
-    let Ok(y) = y.unfold_axis(0, &degs[..n_codomain]) else {
-        unreachable!("a block has its segments' multiplicities")
-    };
-    y
 }
 
 /// Checks that `perm` permutes `0..legs`.
