@@ -36,6 +36,28 @@ pub struct Su2Dmrg {
     pub sweeps: usize,
     /// The seed of the random initial state.
     pub seed: u64,
+    /// Lanczos stops when the residual norm is below this (finite, `> 0`).
+    pub lanczos_tol: f64,
+    /// The most Lanczos iterations per step (at least 1).
+    pub lanczos_iter: usize,
+}
+
+impl Su2Dmrg {
+    /// `sites` spins `two_s / 2` with `J = 1`, at most `max_states` states a bond, 4 sweeps
+    /// from seed 1, and the U(1) engine's Lanczos defaults (a residual of `1e-8`, at most 40
+    /// iterations).
+    pub fn new(sites: usize, two_s: u32, max_states: usize) -> Self {
+        Self {
+            sites,
+            two_s,
+            j: 1.0,
+            max_states,
+            sweeps: 4,
+            seed: 1,
+            lanczos_tol: 1e-8,
+            lanczos_iter: 40,
+        }
+    }
 }
 
 /// What [`heisenberg_su2`] found.
@@ -45,6 +67,9 @@ pub struct Su2Ground {
     pub energy: f64,
     /// The energy after each sweep.
     pub energies: Vec<f64>,
+    /// The wall time of each sweep, in seconds (the first includes the initial state and
+    /// environments).
+    pub sweep_seconds: Vec<f64>,
     /// The largest number of states a bond kept.
     pub max_states: usize,
     /// The largest number of multiplets a bond kept.
@@ -142,11 +167,16 @@ fn boundary(channel: usize, dirs: [Direction; 3]) -> Result<Su2Tensor<f64>> {
     Ok(Su2Tensor::from_dense(s, &dense)?)
 }
 
-/// The spins of bond `i` of `sites` spins `two_s / 2` (total spin 0 at both ends).
+/// The spins of bond `i` of the initial state of `sites` spins `two_s / 2`: those the
+/// sites on either side can couple to (total spin 0 at both ends), up to `2 s` (twice the
+/// site's spin). The two-site updates grow the larger spins the ground state needs, as the
+/// U(1) engine grows its bonds from a product state; starting with every reachable spin
+/// would make the first sweep pay for multiplets (and their recouplings) that truncation
+/// drops at once.
 fn bond_spins(i: usize, sites: usize, two_s: u32) -> Vec<u32> {
     let left = i as u32 * two_s;
     let right = (sites - i) as u32 * two_s;
-    (0..=left.min(right))
+    (0..=left.min(right).min(2 * two_s))
         .filter(|j| (left - j).is_multiple_of(2))
         .collect()
 }
@@ -182,17 +212,31 @@ fn adjoint_labels(t: &Su2Tensor<f64>, labels: &str) -> String {
     format!("{dom}{cod}")
 }
 
-/// `H_eff theta` for the two-site `theta[l, p, q | r]`.
-fn apply(
-    l: &Su2Tensor<f64>,
-    w: &Su2Tensor<f64>,
-    r: &Su2Tensor<f64>,
-    theta: &Su2Tensor<f64>,
-) -> Result<Su2Tensor<f64>> {
-    let x1 = contract_su2("xwl,lpqr->xwpqr", l, theta)?;
-    let x2 = contract_su2("xwpqr,wspv->xsqrv", &x1, w)?;
-    let x3 = contract_su2("xsqrv,vtqu->xstru", &x2, w)?;
-    Ok(contract_su2("xstru,ruz->xst|z", &x3, r)?)
+/// The effective Hamiltonian of a pair of sites as two halves, each an environment with its
+/// MPO tensor: `LW[x s v | l p]` (left environment and left site) and `WR[v q r | t z]`
+/// (right site and right environment). Built once per step, in the leg orders the
+/// products need, so that `H_eff theta` is two GEMMs per coupled spin with one
+/// permutation between them.
+struct Halves {
+    lw: Su2Tensor<f64>,
+    wr: Su2Tensor<f64>,
+}
+
+impl Halves {
+    fn new(l: &Su2Tensor<f64>, w: &Su2Tensor<f64>, r: &Su2Tensor<f64>) -> Result<Self> {
+        Ok(Self {
+            lw: contract_su2("xwl,wspv->xsv|lp", l, w)?,
+            wr: contract_su2("vtqu,ruz->vqr|tz", w, r)?,
+        })
+    }
+
+    /// `H_eff theta` for the two-site `theta[l p | q r]`, in the same form: `LW theta`
+    /// needs no permutation, its product is moved once (`[x s v | q r]` to
+    /// `[x s | v q r]`), and the product with `WR` is in `theta`'s form already.
+    fn apply(&self, theta: &Su2Tensor<f64>) -> Result<Su2Tensor<f64>> {
+        let x = contract_su2("xsvlp,lpqr->xsvqr", &self.lw, theta)?;
+        Ok(contract_su2("xsvqr,vqrtz->xs|tz", &x, &self.wr)?)
+    }
 }
 
 /// The reduced blocks scaled by `sqrt(2c + 1)`, flattened: the dense inner product.
@@ -219,12 +263,14 @@ fn from_vector(s: &Arc<Su2Structure>, v: &[f64]) -> Result<Su2Tensor<f64>> {
     Ok(Su2Tensor::from_data(Arc::clone(s), data)?)
 }
 
-/// The lowest eigenpair of `H_eff` from `theta`, by Lanczos with full reorthogonalization.
+/// The lowest eigenpair of `H_eff` from `theta`, by Lanczos with full reorthogonalization:
+/// stops when the residual norm is below `tol`, after `max_iter` products, or when the
+/// Krylov space is exhausted (the rule of the U(1) engine's [`crate::dmrg::lanczos`]).
 fn lowest(
-    l: &Su2Tensor<f64>,
-    w: &Su2Tensor<f64>,
-    r: &Su2Tensor<f64>,
+    h: &Halves,
     theta: &Su2Tensor<f64>,
+    tol: f64,
+    max_iter: usize,
 ) -> Result<(f64, Su2Tensor<f64>)> {
     let s = Arc::clone(theta.structure());
     let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
@@ -238,12 +284,11 @@ fn lowest(
         ));
     }
     v.iter_mut().for_each(|x| *x /= n);
-    let max_krylov = v.len().min(40);
+    let max_krylov = v.len().min(max_iter).max(1);
     let (mut basis, mut alpha, mut beta) = (vec![v], Vec::new(), Vec::new());
-    let mut last = f64::INFINITY;
     let best = loop {
         let k = basis.len() - 1;
-        let hv = to_vector(&apply(l, w, r, &from_vector(&s, &basis[k])?)?)?;
+        let hv = to_vector(&h.apply(&from_vector(&s, &basis[k])?)?)?;
         let a = dot(&hv, &basis[k]);
         alpha.push(a);
         let mut next = hv;
@@ -255,10 +300,11 @@ fn lowest(
         }
         let best = crate::dmrg::lowest_of_tridiagonal(&alpha, &beta)?;
         let b = dot(&next, &next).sqrt();
-        if basis.len() >= max_krylov || b < 1e-12 || (best.0 - last).abs() < 1e-14 {
+        // The residual norm of the Ritz vector, `||H x - e x|| = b |y_k|`.
+        let residual = b * best.1[k].abs();
+        if basis.len() >= max_krylov || b < 1e-14 || residual < tol {
             break best;
         }
-        last = best.0;
         beta.push(b);
         next.iter_mut().for_each(|x| *x /= b);
         basis.push(next);
@@ -276,7 +322,8 @@ fn lowest(
 /// ```
 /// use tessera_mps::su2::{Su2Dmrg, heisenberg_su2};
 ///
-/// let run = Su2Dmrg { sites: 6, two_s: 1, j: 1.0, max_states: 20, sweeps: 2, seed: 1 };
+/// let mut run = Su2Dmrg::new(6, 1, 20);
+/// run.sweeps = 2;
 /// let g = heisenberg_su2(&run)?;
 /// assert!((g.energy - -2.493577133887926).abs() < 1e-10); // exact, L = 6
 /// # Ok::<(), tessera_mps::Error>(())
@@ -284,9 +331,10 @@ fn lowest(
 ///
 /// # Errors
 ///
-/// [`Error::Dmrg`] for fewer than two sites, `two_s = 0`, or a chain whose spins cannot
-/// couple to 0 (an odd number of half-integer spins); the errors of the contractions and
-/// factorizations.
+/// [`Error::Dmrg`] for fewer than two sites, `two_s = 0`, a chain whose spins cannot
+/// couple to 0 (an odd number of half-integer spins), `max_states`, `sweeps` or
+/// `lanczos_iter` of 0, or a `lanczos_tol` that is not finite and positive; the errors of
+/// the contractions and factorizations.
 pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
     let n = run.sites;
     if n < 2 || run.two_s == 0 || !(n as u32 * run.two_s).is_multiple_of(2) {
@@ -296,6 +344,31 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
             format!("{n} sites of 2s = {}", run.two_s),
         ));
     }
+    for (what, bad, found) in [
+        (
+            "max_states",
+            run.max_states == 0,
+            run.max_states.to_string(),
+        ),
+        ("sweeps", run.sweeps == 0, run.sweeps.to_string()),
+        (
+            "lanczos_iter",
+            run.lanczos_iter == 0,
+            run.lanczos_iter.to_string(),
+        ),
+    ] {
+        if bad {
+            return Err(dmrg_error(&format!("setting {what}"), "at least 1", found));
+        }
+    }
+    if !(run.lanczos_tol.is_finite() && run.lanczos_tol > 0.0) {
+        return Err(dmrg_error(
+            "setting lanczos_tol",
+            "a finite tolerance above 0",
+            run.lanczos_tol.to_string(),
+        ));
+    }
+    let mut clock = std::time::Instant::now();
     let w = mpo(run.two_s, run.j)?;
     let p = Su2Leg::new(Direction::In, [(run.two_s, 1)])?;
     let bond =
@@ -334,10 +407,10 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
             &w,
         )?);
     }
-    let truncation = Truncation::max_dim(run.max_states);
     let mut out = Su2Ground {
         energy: f64::NAN,
         energies: Vec::new(),
+        sweep_seconds: Vec::new(),
         max_states: 0,
         max_multiplets: 0,
         discarded_weight: 0.0,
@@ -348,7 +421,7 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
         // Left to right: the centre moves from site 0 to site n - 1.
         for i in 0..n - 1 {
             let envs = (&left[i], &right[i + 2]);
-            let (e, f) = solve_pair(&m[i], &m[i + 1], envs, &w, &truncation, &mut out)?;
+            let (e, f) = solve_pair(&m[i], &m[i + 1], envs, &w, run, &mut out)?;
             energy = e;
             let svt = f.s.scale_rows(f.vt.data())?;
             m[i + 1] = Su2Tensor::from_data(Arc::clone(f.vt.structure()), svt)?;
@@ -358,7 +431,7 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
         // Right to left: back to site 0.
         for i in (0..n - 1).rev() {
             let envs = (&left[i], &right[i + 2]);
-            let (e, f) = solve_pair(&m[i], &m[i + 1], envs, &w, &truncation, &mut out)?;
+            let (e, f) = solve_pair(&m[i], &m[i + 1], envs, &w, run, &mut out)?;
             energy = e;
             let us = f.s.scale_columns(f.u.data())?;
             m[i] = Su2Tensor::from_data(Arc::clone(f.u.structure()), us)?;
@@ -370,6 +443,8 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
             )?);
         }
         out.energies.push(energy);
+        out.sweep_seconds.push(clock.elapsed().as_secs_f64());
+        clock = std::time::Instant::now();
         out.energy = energy;
     }
     Ok(out)
@@ -382,16 +457,17 @@ fn solve_pair(
     b: &Su2Tensor<f64>,
     envs: (&Option<Su2Tensor<f64>>, &Option<Su2Tensor<f64>>),
     w: &Su2Tensor<f64>,
-    truncation: &Truncation,
+    run: &Su2Dmrg,
     out: &mut Su2Ground,
 ) -> Result<(f64, tessera_coalesce::Su2Svd<f64>)> {
-    let theta = contract_su2("lpr,rqs->lpq|s", a, b)?;
+    let theta = contract_su2("lpr,rqs->lp|qs", a, b)?;
     let (l, r) = (
         envs.0.as_ref().expect("built"),
         envs.1.as_ref().expect("built"),
     );
-    let (e, g) = lowest(l, w, r, &theta)?;
-    let f = svd_su2(&g.permuted(&[0, 1, 2, 3], 2)?, truncation)?;
+    let h = Halves::new(l, w, r)?;
+    let (e, g) = lowest(&h, &theta, run.lanczos_tol, run.lanczos_iter)?;
+    let f = svd_su2(&g, &Truncation::max_dim(run.max_states))?;
     out.max_states = out.max_states.max(f.bond.dim());
     out.max_multiplets = out.max_multiplets.max(f.bond.reduced_dim());
     out.discarded_weight = out.discarded_weight.max(f.discarded_weight);

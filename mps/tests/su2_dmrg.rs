@@ -34,12 +34,8 @@ impl ModelVisitor for Reference {
 fn check(spec: &str, sites: usize, two_s: u32, states: usize) {
     let (exact, u1) = Model::parse(spec).unwrap().visit(Reference { chi: states });
     let run = Su2Dmrg {
-        sites,
-        two_s,
-        j: 1.0,
-        max_states: states,
-        sweeps: 4,
         seed: 7,
+        ..Su2Dmrg::new(sites, two_s, states)
     };
     let su2 = heisenberg_su2(&run).unwrap();
     assert!(
@@ -69,16 +65,31 @@ fn spin_one_matches_exact_and_u1() {
 
 #[test]
 fn misuse_is_refused() {
-    for (sites, two_s) in [(1, 1), (4, 0), (5, 1)] {
-        let run = Su2Dmrg {
-            sites,
-            two_s,
-            j: 1.0,
-            max_states: 8,
-            sweeps: 1,
-            seed: 1,
-        };
-        let e = heisenberg_su2(&run).unwrap_err();
-        assert!(matches!(e, tessera_mps::Error::Dmrg { .. }), "{e}");
+    let mut runs: Vec<Su2Dmrg> = [(1, 1), (4, 0), (5, 1)]
+        .into_iter()
+        .map(|(sites, two_s)| Su2Dmrg::new(sites, two_s, 8))
+        .collect();
+    let good = Su2Dmrg::new(4, 1, 8);
+    runs.push(Su2Dmrg {
+        max_states: 0,
+        ..good.clone()
+    });
+    runs.push(Su2Dmrg {
+        sweeps: 0,
+        ..good.clone()
+    });
+    runs.push(Su2Dmrg {
+        lanczos_iter: 0,
+        ..good.clone()
+    });
+    for tol in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        runs.push(Su2Dmrg {
+            lanczos_tol: tol,
+            ..good.clone()
+        });
+    }
+    for run in &runs {
+        let e = heisenberg_su2(run).unwrap_err();
+        assert!(matches!(e, tessera_mps::Error::Dmrg { .. }), "{run:?}: {e}");
     }
 }
