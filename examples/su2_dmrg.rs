@@ -1,8 +1,9 @@
 //! SU(2) two-site DMRG of the open Heisenberg chain beside the U(1) engine at the same number
 //! of kept states:
-//! `cargo run --release --example su2_dmrg -- [sites] [two_s] [states] [sweeps] [engines]`
-//! (defaults 32 1 64 4 both; `engines` is `both`, `su2` or `u1`). Prints the ground energies
-//! and wall times.
+//! `cargo run --release --example su2_dmrg -- [sites] [two_s] [states] [sweeps] [engines]
+//! [total_two_s]` (defaults 32 1 64 4 both, and the lowest total spin; `engines` is `both`,
+//! `su2` or `u1`; a total spin other than the lowest is for `su2` alone). Prints the ground
+//! energies and wall times.
 
 use std::time::Instant;
 use tessera::blocks::su2::{permutation_cache_stats, recoupling_cache_stats};
@@ -52,11 +53,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<usize> = args.iter().map(|a| a.parse()).collect::<Result<_, _>>()?;
     let arg = |i: usize, d: usize| args.get(i).copied().unwrap_or(d);
     let (sites, two_s, states, sweeps) = (arg(0, 32), arg(1, 1) as u32, arg(2, 64), arg(3, 4));
+    let lowest = Su2Dmrg::new(sites, two_s, states).total_two_s;
+    let total_two_s = u32::try_from(arg(4, lowest as usize))?;
+    if total_two_s != lowest && engines != "su2" {
+        return Err("a total spin other than the lowest is for the su2 engine alone".into());
+    }
     let mut runs: Vec<(&str, Vec<(f64, f64)>)> = Vec::new();
     if engines != "u1" {
         let run = Su2Dmrg {
             sweeps,
             seed: 7,
+            total_two_s,
             ..Su2Dmrg::new(sites, two_s, states)
         };
         let g = heisenberg_su2(&run)?;

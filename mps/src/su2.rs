@@ -28,6 +28,10 @@ pub struct Su2Dmrg {
     pub sites: usize,
     /// The spin of a site, as `2s` (1 for spin one half, 2 for spin one).
     pub two_s: u32,
+    /// The total spin of the state sought, as `2S`: the lowest state of that total spin is
+    /// found (0 for the singlet; the lowest states of two spins give gaps, such as the
+    /// Haldane gap of the spin-one chain). Its parity must be that of `sites * two_s`.
+    pub total_two_s: u32,
     /// The exchange `J`.
     pub j: f64,
     /// The most states (multiplets times their dimensions) a bond keeps.
@@ -43,13 +47,15 @@ pub struct Su2Dmrg {
 }
 
 impl Su2Dmrg {
-    /// `sites` spins `two_s / 2` with `J = 1`, at most `max_states` states a bond, 4 sweeps
-    /// from seed 1, and the U(1) engine's Lanczos defaults (a residual of `1e-8`, at most 40
+    /// `sites` spins `two_s / 2` with `J = 1`, the lowest total spin (0, or one half for an
+    /// odd number of half-integer spins), at most `max_states` states a bond, 4 sweeps from
+    /// seed 1, and the U(1) engine's Lanczos defaults (a residual of `1e-8`, at most 40
     /// iterations).
     pub fn new(sites: usize, two_s: u32, max_states: usize) -> Self {
         Self {
             sites,
             two_s,
+            total_two_s: (sites as u32).wrapping_mul(two_s) % 2,
             j: 1.0,
             max_states,
             sweeps: 4,
@@ -157,27 +163,37 @@ fn mpo(two_s: u32, j: f64) -> Result<Su2Tensor<f64>> {
     Ok(tensor)
 }
 
-/// A one-element environment selecting MPO channel `channel` (0: start, 1: done); legs
-/// `[x, w, y]` with the given directions.
-fn boundary(channel: usize, dirs: [Direction; 3]) -> Result<Su2Tensor<f64>> {
-    let one = |d| Su2Leg::new(d, [(0, 1)]);
-    let s = Su2Structure::new(vec![one(dirs[0])?, mpo_bond(dirs[1])?, one(dirs[2])?], 1)?;
-    let mut dense = vec![0.0; 5];
-    dense[channel] = 1.0;
+/// An end environment selecting MPO channel `channel` (0: start, 1: done), the identity on
+/// the end bond of spin `two_j / 2` (legs `[x, w, y]` with the given directions; `x` and
+/// `y` the bond and its dual).
+fn boundary(channel: usize, two_j: u32, dirs: [Direction; 3]) -> Result<Su2Tensor<f64>> {
+    let end = |d| Su2Leg::new(d, [(two_j, 1)]);
+    let s = Su2Structure::new(vec![end(dirs[0])?, mpo_bond(dirs[1])?, end(dirs[2])?], 1)?;
+    let d = two_j as usize + 1;
+    let mut dense = vec![0.0; d * 5 * d];
+    for m in 0..d {
+        dense[m + d * (channel + 5 * m)] = 1.0;
+    }
     Ok(Su2Tensor::from_dense(s, &dense)?)
 }
 
-/// The spins of bond `i` of the initial state of `sites` spins `two_s / 2`: those the
-/// sites on either side can couple to (total spin 0 at both ends), up to `2 s` (twice the
-/// site's spin). The two-site updates grow the larger spins the ground state needs, as the
-/// U(1) engine grows its bonds from a product state; starting with every reachable spin
-/// would make the first sweep pay for multiplets (and their recouplings) that truncation
-/// drops at once.
-fn bond_spins(i: usize, sites: usize, two_s: u32) -> Vec<u32> {
+/// The spins of bond `i` of the initial state of `sites` spins `two_s / 2` of total spin
+/// `total / 2`: those the sites on the left can couple to (from spin 0) and the sites on the
+/// right can couple to `total` with, up to `2 s` above the least of them. The two-site
+/// updates grow the larger spins the state needs, as the U(1) engine grows its bonds from a
+/// product state; starting with every reachable spin would make the first sweep pay for
+/// multiplets (and their recouplings) that truncation drops at once.
+fn bond_spins(i: usize, sites: usize, two_s: u32, total: u32) -> Vec<u32> {
     let left = i as u32 * two_s;
     let right = (sites - i) as u32 * two_s;
-    (0..=left.min(right).min(2 * two_s))
-        .filter(|j| (left - j).is_multiple_of(2))
+    let reachable: Vec<u32> = (0..=left)
+        .filter(|&j| (left - j).is_multiple_of(2) && j.abs_diff(total) <= right)
+        .filter(|&j| j + right >= total)
+        .collect();
+    let least = reachable.first().copied().unwrap_or(0);
+    reachable
+        .into_iter()
+        .filter(|&j| j <= least + 2 * two_s)
         .collect()
 }
 
@@ -331,17 +347,22 @@ fn lowest(
 ///
 /// # Errors
 ///
-/// [`Error::Dmrg`] for fewer than two sites, `two_s = 0`, a chain whose spins cannot
-/// couple to 0 (an odd number of half-integer spins), `max_states`, `sweeps` or
+/// [`Error::Dmrg`] for fewer than two sites, `two_s = 0`, a total spin the chain cannot
+/// couple to (above `sites * s`, or of the wrong parity), `max_states`, `sweeps` or
 /// `lanczos_iter` of 0, or a `lanczos_tol` that is not finite and positive; the errors of
 /// the contractions and factorizations.
 pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
     let n = run.sites;
-    if n < 2 || run.two_s == 0 || !(n as u32 * run.two_s).is_multiple_of(2) {
+    let most = u32::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_mul(run.two_s))
+        .unwrap_or(u32::MAX);
+    let (total, parity) = (run.total_two_s, most.checked_sub(run.total_two_s));
+    if n < 2 || run.two_s == 0 || parity.is_none_or(|p| !p.is_multiple_of(2)) {
         return Err(dmrg_error(
             "the SU(2) Heisenberg chain",
-            "at least two sites of spin s > 0 that couple to total spin 0",
-            format!("{n} sites of 2s = {}", run.two_s),
+            "at least two sites of spin s > 0 that couple to the total spin",
+            format!("{n} sites of 2s = {} and a total 2S = {total}", run.two_s),
         ));
     }
     for (what, bad, found) in [
@@ -371,8 +392,14 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
     let mut clock = std::time::Instant::now();
     let w = mpo(run.two_s, run.j)?;
     let p = Su2Leg::new(Direction::In, [(run.two_s, 1)])?;
-    let bond =
-        |i: usize, d| Su2Leg::new(d, bond_spins(i, n, run.two_s).into_iter().map(|j| (j, 1)));
+    let bond = |i: usize, d| {
+        Su2Leg::new(
+            d,
+            bond_spins(i, n, run.two_s, total)
+                .into_iter()
+                .map(|j| (j, 1)),
+        )
+    };
     // A random state, then right-canonical from the right end.
     let mut m: Vec<Su2Tensor<f64>> = (0..n)
         .map(|i| {
@@ -394,8 +421,8 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
         m[i - 1] = contract_su2("lpr,rb->lp|b", &m[i - 1], &us)?;
         m[i] = f.vt;
     }
-    let l0 = boundary(0, [Direction::In, Direction::Out, Direction::Out])?;
-    let rn = boundary(1, [Direction::In, Direction::In, Direction::Out])?;
+    let l0 = boundary(0, 0, [Direction::In, Direction::Out, Direction::Out])?;
+    let rn = boundary(1, total, [Direction::In, Direction::In, Direction::Out])?;
     let mut left: Vec<Option<Su2Tensor<f64>>> = (0..=n).map(|_| None).collect();
     let mut right: Vec<Option<Su2Tensor<f64>>> = (0..=n).map(|_| None).collect();
     left[0] = Some(l0);
