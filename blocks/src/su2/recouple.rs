@@ -104,7 +104,7 @@ impl Recoupling {
             return Arc::clone(r);
         }
         MISSES.fetch_add(1, Ordering::Relaxed);
-        let r = Arc::new(Self::compute(key));
+        let r = Arc::new(Self::new(key));
         cache()
             .write()
             .expect("the recoupling cache")
@@ -113,7 +113,13 @@ impl Recoupling {
             .clone()
     }
 
-    fn compute(key: &RecouplingKey) -> Self {
+    /// The recoupling of `key`, computed now, without the cache: what a cache miss of
+    /// [`of`](Self::of) costs (the benches time it).
+    ///
+    /// # Panics
+    ///
+    /// As [`of`](Self::of).
+    pub fn new(key: &RecouplingKey) -> Self {
         let n = key.spins.len();
         assert!(key.perm.len() == n && key.n_codomain <= n && key.new_n_codomain <= n);
         let (cod, dom) = key.spins.split_at(key.n_codomain);
