@@ -286,3 +286,117 @@ fn svd_factors_reconstruct_and_truncate_by_states() {
     }
     assert!(truncated > 5, "only {truncated} decompositions truncated");
 }
+
+/// `x` against the identity of dimension `n` (column-major), to `1e-12`.
+fn assert_identity(x: &[f64], n: usize, what: &str) {
+    assert_eq!(x.len(), n * n, "{what}");
+    for (k, v) in x.iter().enumerate() {
+        let want = if k % n == k / n { 1.0 } else { 0.0 };
+        assert!((v - want).abs() < 1e-12, "{what} at {k} is {v}");
+    }
+}
+
+#[test]
+fn qr_factors_reconstruct_with_an_isometry() {
+    use tessera_coalesce::qr_su2;
+    let mut rng = ChaCha8Rng::seed_from_u64(2932);
+    let names = ['a', 'b', 'c', 'd', 'e', 'f'];
+    for case in 0..30 {
+        let (p, q) = (rng.gen_range(1..=2), rng.gen_range(1..=2));
+        let legs: Vec<Su2Leg> = (0..p + q).map(|_| random_leg(&mut rng)).collect();
+        let a = Su2Tensor::<f64>::random(Su2Structure::new(legs, p).unwrap(), case).unwrap();
+        let dense = a.to_dense().unwrap();
+        let f = qr_su2(&a).unwrap();
+        let cod: String = names[..p].iter().collect();
+        let dom: String = names[p..p + q].iter().collect();
+        let back = contract_su2(&format!("{cod}z,z{dom}->{cod}|{dom}"), &f.q, &f.r).unwrap();
+        for (k, (x, y)) in back.to_dense().unwrap().iter().zip(&dense).enumerate() {
+            assert!(
+                (x - y).abs() < 1e-12,
+                "case {case}: QR at {k} is {x}, A {y}"
+            );
+        }
+        if f.bond.dim() > 0 {
+            let qd = f.q.adjoint().unwrap();
+            let id = contract_su2(&format!("y{cod},{cod}z->y|z"), &qd, &f.q).unwrap();
+            assert_identity(&id.to_dense().unwrap(), f.bond.dim(), "Q+Q");
+        }
+    }
+}
+
+#[test]
+fn eigh_diagonalises_hermitian_maps_by_multiplet() {
+    use tessera_coalesce::eigh_su2;
+    let mut rng = ChaCha8Rng::seed_from_u64(2933);
+    let names = ['a', 'b', 'c', 'd'];
+    let mut checked = 0;
+    for case in 0..30 {
+        let p = rng.gen_range(1..=2);
+        let cod: Vec<Su2Leg> = (0..p).map(|_| random_leg(&mut rng)).collect();
+        let legs: Vec<Su2Leg> = cod
+            .iter()
+            .cloned()
+            .chain(cod.iter().map(Su2Leg::dual))
+            .collect();
+        let s = Su2Structure::shared(legs, p).unwrap();
+        // A = X + X+ (X+ has X's structure: the domain legs are the codomain's duals).
+        let x = Su2Tensor::<f64>::random(s.clone(), case).unwrap();
+        let sum = x.data().add(x.adjoint().unwrap().data()).unwrap();
+        let a = Su2Tensor::from_data(s, sum).unwrap();
+        let f = eigh_su2(&a).unwrap();
+        let n = f.bond.dim();
+        if n == 0 {
+            continue;
+        }
+        checked += 1;
+        let c: String = names[..p].iter().collect();
+        let d: String = names[2..2 + p].iter().collect();
+        // A V = V D on the dense tensors.
+        let av = contract_su2(&format!("{c}{d},{d}z->{c}|z"), &a, &f.vectors).unwrap();
+        let vd = contract_su2(&format!("{c}y,yz->{c}|z"), &f.vectors, &f.values).unwrap();
+        let (av, vd) = (av.to_dense().unwrap(), vd.to_dense().unwrap());
+        for (k, (x, y)) in av.iter().zip(&vd).enumerate() {
+            assert!((x - y).abs() < 1e-11, "case {case}: AV {x}, VD {y} at {k}");
+        }
+        let vdag = f.vectors.adjoint().unwrap();
+        let id = contract_su2(&format!("y{c},{c}z->y|z"), &vdag, &f.vectors).unwrap();
+        assert_identity(&id.to_dense().unwrap(), n, "V+V");
+        // The dense spectrum is each multiplet's value 2c + 1 times.
+        let mut want: Vec<f64> = Vec::new();
+        for (k, block) in f.values.data().to_blocks().unwrap().iter().enumerate() {
+            let c = f.values.structure().coupled_of(k).unwrap();
+            let m = f.values.structure().matrix().block(k).unwrap().shape()[0];
+            for i in 0..m {
+                let v = block[i + m * i];
+                want.extend(std::iter::repeat_n(v, c as usize + 1));
+            }
+        }
+        let dense_a = a.to_dense().unwrap();
+        let dense = faer::Mat::<f64>::from_fn(n, n, |i, j| dense_a[i + n * j]);
+        let mut got: Vec<f64> = dense.self_adjoint_eigenvalues(faer::Side::Lower).unwrap();
+        got.sort_by(f64::total_cmp);
+        want.sort_by(f64::total_cmp);
+        for (x, y) in got.iter().zip(&want) {
+            assert!(
+                (x - y).abs() < 1e-11,
+                "case {case}: dense {x}, multiplets {y}"
+            );
+        }
+    }
+    assert!(checked > 20, "only {checked} cases had blocks");
+}
+
+#[test]
+fn eigh_of_a_map_between_different_spaces_is_refused() {
+    use tessera_coalesce::eigh_su2;
+    let v = Su2Leg::new(Direction::In, [(0, 2), (1, 1)]).unwrap();
+    let w = Su2Leg::new(Direction::In, [(0, 1), (1, 1)]).unwrap();
+    let a = Su2Tensor::<f64>::random(Su2Structure::new(vec![v, w.dual()], 1).unwrap(), 1).unwrap();
+    let before = a.data().to_blocks().unwrap();
+    let e = eigh_su2(&a).unwrap_err();
+    assert!(
+        matches!(e, tessera_coalesce::Error::NotEndomorphism { .. }),
+        "{e}"
+    );
+    assert_eq!(a.data().to_blocks().unwrap(), before);
+}
