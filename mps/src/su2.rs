@@ -188,7 +188,6 @@ fn bond_spins(i: usize, sites: usize, two_s: u32, total: u32) -> Vec<u32> {
     let right = (sites - i) as u32 * two_s;
     let reachable: Vec<u32> = (0..=left)
         .filter(|&j| (left - j).is_multiple_of(2) && j.abs_diff(total) <= right)
-        .filter(|&j| j + right >= total)
         .collect();
     let least = reachable.first().copied().unwrap_or(0);
     reachable
@@ -333,7 +332,7 @@ fn lowest(
 }
 
 /// The ground state of the open spin-`s` Heisenberg chain `J sum S_i . S_(i+1)` by two-site
-/// DMRG with SU(2) symmetry, in the total-spin-0 sector.
+/// DMRG with SU(2) symmetry: the lowest state of total spin `total_two_s / 2`.
 ///
 /// ```
 /// use tessera_mps::su2::{Su2Dmrg, heisenberg_su2};
