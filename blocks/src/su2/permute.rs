@@ -47,10 +47,20 @@ struct Item {
     degs: Vec<usize>,
     /// The same, new leg order.
     new_degs: Vec<usize>,
-    /// For a small block: per element of a permuted block (column-major), the position of
-    /// its source in the old block (column-major). All blocks of a tuple share their shape,
-    /// so one gather serves every term. `None` for a large block, moved by strided views.
-    gather: Option<Arc<[u32]>>,
+    how: Move,
+}
+
+/// How a tuple's blocks move. All blocks of a tuple share their shape, so one way serves
+/// every term.
+enum Move {
+    /// Small blocks whose multiplicity axes keep their order (a move of the split alone, or
+    /// of legs of multiplicity one): element for element, `len` of them.
+    Same(usize),
+    /// Small blocks: per element of a permuted block (column-major), the position of its
+    /// source in the old block (column-major).
+    Gather(Arc<[u32]>),
+    /// Large blocks: strided views.
+    Strided,
 }
 
 /// The blocks one task reads and writes, and the tuples it moves.
@@ -191,12 +201,18 @@ impl PermutePlan {
                 dst_at: task.dst.len(),
                 recoupling,
                 new_degs: perm.iter().map(|&p| degs[p]).collect(),
-                gather: (len <= GATHER_MAX).then(|| {
+                how: if len > GATHER_MAX {
+                    Move::Strided
+                } else {
                     let g = gathers
                         .entry(degs.clone())
                         .or_insert_with(|| gather(&degs, perm).into());
-                    Arc::clone(g)
-                }),
+                    if g.iter().enumerate().all(|(k, &at)| at as usize == k) {
+                        Move::Same(len)
+                    } else {
+                        Move::Gather(Arc::clone(g))
+                    }
+                },
                 degs,
             });
             task.src.extend_from_slice(&g.blocks);
@@ -252,8 +268,12 @@ impl PermutePlan {
                     let (mut inputs, mut acc) = (Vec::new(), Vec::new());
                     for item in &plan.tasks[k].items {
                         let terms = &item.recoupling.terms;
-                        if let Some(gather) = item.gather.as_deref() {
-                            let len = gather.len();
+                        let len = match &item.how {
+                            Move::Same(len) => *len,
+                            Move::Gather(g) => g.len(),
+                            Move::Strided => 0,
+                        };
+                        if !matches!(item.how, Move::Strided) {
                             inputs.clear();
                             inputs.reserve(len * item.recoupling.input.len());
                             for i in 0..item.recoupling.input.len() {
@@ -265,8 +285,14 @@ impl PermutePlan {
                                 acc.resize(len, T::ZERO);
                                 for &(i, c) in terms {
                                     let (x, c) = (&inputs[i * len..(i + 1) * len], T::from_real(c));
-                                    for (a, &g) in acc.iter_mut().zip(gather) {
-                                        *a += c * x[g as usize];
+                                    if let Move::Gather(gather) = &item.how {
+                                        for (a, &g) in acc.iter_mut().zip(gather.iter()) {
+                                            *a += c * x[g as usize];
+                                        }
+                                    } else {
+                                        for (a, &x) in acc.iter_mut().zip(x) {
+                                            *a += c * x;
+                                        }
                                     }
                                 }
                                 dst.get_mut(item.dst_at + o).for_each_run_mut(|e, run| {
