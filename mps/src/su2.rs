@@ -179,7 +179,7 @@ fn boundary(channel: usize, two_j: u32, dirs: [Direction; 3]) -> Result<Su2Tenso
 
 /// The spins of bond `i` of the initial state of `sites` spins `two_s / 2` of total spin
 /// `total / 2`: those the sites on the left can couple to (from spin 0) and the sites on the
-/// right can couple to `total` with, up to `2 s` above the least of them. The two-site
+/// right can couple to `total` with, up to `2 s` (or the least of them, if larger). The two-site
 /// updates grow the larger spins the state needs, as the U(1) engine grows its bonds from a
 /// product state; starting with every reachable spin would make the first sweep pay for
 /// multiplets (and their recouplings) that truncation drops at once.
@@ -192,7 +192,7 @@ fn bond_spins(i: usize, sites: usize, two_s: u32, total: u32) -> Vec<u32> {
     let least = reachable.first().copied().unwrap_or(0);
     reachable
         .into_iter()
-        .filter(|&j| j <= least + 2 * two_s)
+        .filter(|&j| j <= least.max(2 * two_s))
         .collect()
 }
 
