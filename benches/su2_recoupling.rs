@@ -106,7 +106,7 @@ fn bench(c: &mut Criterion) {
     println!(
         "su2_recoupling caches: permutation plans {} made, {} reused; recouplings {} made, \
          {} reused ({} held)",
-        p.misses, p.hits, r.misses, r.hits, r.entries
+        p.misses, p.hits, r.misses, r.hits, r.len
     );
 }
 

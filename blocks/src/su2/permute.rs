@@ -14,18 +14,17 @@
 //!   order and the result needs no zeroing. A task takes several small tuples, so that a
 //!   permutation of thousands of tiny blocks is a few dozen tasks, not thousands.
 
-use super::recouple::{CacheStats, Recoupling, RecouplingKey};
+use super::recouple::{Recoupling, RecouplingKey};
 use super::structure::{Su2Leg, Su2Structure};
 use crate::error::Error;
 use crate::sector::U1;
 use crate::tensor::AsyncArray;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
-use tessera_core::schedule_named;
+use tessera_core::{CacheStats, LruCache, schedule_named};
 
-/// The most plans the cache holds; it is cleared whole when it would exceed this.
+/// The most plans the cache holds; the least recently used one goes first.
 const CAPACITY: usize = 4096;
 
 /// A task takes tuples until it holds at least this many multiply-adds (or a 64th of the
@@ -54,8 +53,8 @@ struct Item {
 /// every term.
 enum Move {
     /// Small blocks whose multiplicity axes keep their order (a move of the split alone, or
-    /// of legs of multiplicity one): element for element, `len` of them.
-    Same(usize),
+    /// of legs of multiplicity one): element for element.
+    Same,
     /// Small blocks: per element of a permuted block (column-major), the position of its
     /// source in the old block (column-major).
     Gather(Arc<[u32]>),
@@ -84,14 +83,10 @@ pub(crate) struct PermutePlan {
 }
 
 type Key = (Vec<Su2Leg>, usize, Vec<usize>, usize);
-type Cache = RwLock<HashMap<Key, Arc<PermutePlan>>>;
 
-static HITS: AtomicU64 = AtomicU64::new(0);
-static MISSES: AtomicU64 = AtomicU64::new(0);
-
-fn cache() -> &'static Cache {
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    CACHE.get_or_init(Cache::default)
+fn cache() -> &'static LruCache<Key, Arc<PermutePlan>> {
+    static CACHE: OnceLock<LruCache<Key, Arc<PermutePlan>>> = OnceLock::new();
+    CACHE.get_or_init(|| LruCache::new(CAPACITY))
 }
 
 /// The permutation plan cache's counters: a plan is made (a miss) the first time a
@@ -111,11 +106,7 @@ fn cache() -> &'static Cache {
 /// # Ok::<(), tessera_blocks::Error>(())
 /// ```
 pub fn permutation_cache_stats() -> CacheStats {
-    CacheStats {
-        hits: HITS.load(Ordering::Relaxed),
-        misses: MISSES.load(Ordering::Relaxed),
-        entries: cache().read().expect("the permutation plan cache").len(),
-    }
+    cache().stats()
 }
 
 impl PermutePlan {
@@ -131,21 +122,12 @@ impl PermutePlan {
         n_codomain: usize,
     ) -> Result<Arc<Self>, Error> {
         let key = (s.legs().to_vec(), s.n_codomain(), perm.to_vec(), n_codomain);
-        if let Some(p) = cache()
-            .read()
-            .expect("the permutation plan cache")
-            .get(&key)
-        {
-            HITS.fetch_add(1, Ordering::Relaxed);
-            return Ok(Arc::clone(p));
+        if let Some(p) = cache().get(&key) {
+            return Ok(p);
         }
-        MISSES.fetch_add(1, Ordering::Relaxed);
         let plan = Arc::new(Self::build(s, perm, n_codomain)?);
-        let mut held = cache().write().expect("the permutation plan cache");
-        if held.len() >= CAPACITY {
-            held.clear();
-        }
-        Ok(Arc::clone(held.entry(key).or_insert(plan)))
+        cache().insert(key, Arc::clone(&plan));
+        Ok(plan)
     }
 
     fn build(s: &Su2Structure, perm: &[usize], n_codomain: usize) -> Result<Self, Error> {
@@ -208,7 +190,7 @@ impl PermutePlan {
                         .entry(degs.clone())
                         .or_insert_with(|| gather(&degs, perm).into());
                     if g.iter().enumerate().all(|(k, &at)| at as usize == k) {
-                        Move::Same(len)
+                        Move::Same
                     } else {
                         Move::Gather(Arc::clone(g))
                     }
@@ -268,12 +250,8 @@ impl PermutePlan {
                     let (mut inputs, mut acc) = (Vec::new(), Vec::new());
                     for item in &plan.tasks[k].items {
                         let terms = &item.recoupling.terms;
-                        let len = match &item.how {
-                            Move::Same(len) => *len,
-                            Move::Gather(g) => g.len(),
-                            Move::Strided => 0,
-                        };
                         if !matches!(item.how, Move::Strided) {
+                            let len: usize = item.degs.iter().product();
                             inputs.clear();
                             inputs.reserve(len * item.recoupling.input.len());
                             for i in 0..item.recoupling.input.len() {
@@ -285,13 +263,16 @@ impl PermutePlan {
                                 acc.resize(len, T::ZERO);
                                 for &(i, c) in terms {
                                     let (x, c) = (&inputs[i * len..(i + 1) * len], T::from_real(c));
-                                    if let Move::Gather(gather) = &item.how {
-                                        for (a, &g) in acc.iter_mut().zip(gather.iter()) {
-                                            *a += c * x[g as usize];
+                                    match &item.how {
+                                        Move::Gather(gather) => {
+                                            for (a, &g) in acc.iter_mut().zip(gather.iter()) {
+                                                *a += c * x[g as usize];
+                                            }
                                         }
-                                    } else {
-                                        for (a, &x) in acc.iter_mut().zip(x) {
-                                            *a += c * x;
+                                        _ => {
+                                            for (a, &x) in acc.iter_mut().zip(x) {
+                                                *a += c * x;
+                                            }
                                         }
                                     }
                                 }

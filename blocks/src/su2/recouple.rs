@@ -2,8 +2,8 @@
 //! per segment-tuple shape and shared.
 //!
 //! Owns: [`Recoupling`] (the matrix that takes a segment tuple's reduced blocks to those of
-//! the permuted tuple), its process-wide cache ([`Recoupling::of`],
-//! [`recoupling_cache_stats`]), the dense form of a basis element ([`basis_dense`]) and the
+//! the permuted tuple), its process-wide cache (a bounded [`tessera_core::LruCache`]:
+//! [`Recoupling::of`], [`recoupling_cache_stats`]), the dense form of a basis element ([`basis_dense`]) and the
 //! spin flip `epsilon`. Invariants:
 //!
 //! - A tensor is stored through `epsilon` on its *flipped* legs (an `Out` leg in the codomain,
@@ -19,14 +19,14 @@
 //! - The coefficients are computed in `f64` from the exact Clebsch-Gordan coefficients of
 //!   [`super::clebsch_gordan`] (through the trees' dense forms); values below `1e-13` in
 //!   magnitude are exact zeros, dropped. A recoupling is computed on first use and shared
-//!   after: the same arguments give the same matrix, bit for bit.
+//!   while the cache holds it: the same arguments give the same matrix, bit for bit, whether
+//!   computed or served.
 
 use super::structure::{BasisElement, local_basis};
 use super::tree::FusionTree;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
+use tessera_core::{CacheStats, LruCache};
 
 /// Below this a computed coefficient is an exact zero that rounding left behind.
 const ZERO: f64 = 1e-13;
@@ -62,33 +62,17 @@ pub struct RecouplingKey {
     pub new_flipped: Vec<bool>,
 }
 
-/// Counters of one of the SU(2) caches (recouplings, permutation plans) since the process
-/// started.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    /// Entries served from the cache.
-    pub hits: u64,
-    /// Entries computed.
-    pub misses: u64,
-    /// Entries held now.
-    pub entries: usize,
-}
+/// The most recouplings the cache holds; the least recently used one goes first.
+const CAPACITY: usize = 1 << 16;
 
-static HITS: AtomicU64 = AtomicU64::new(0);
-static MISSES: AtomicU64 = AtomicU64::new(0);
-
-fn cache() -> &'static RwLock<HashMap<RecouplingKey, Arc<Recoupling>>> {
-    static CACHE: OnceLock<RwLock<HashMap<RecouplingKey, Arc<Recoupling>>>> = OnceLock::new();
-    CACHE.get_or_init(|| RwLock::new(HashMap::new()))
+fn cache() -> &'static LruCache<RecouplingKey, Arc<Recoupling>> {
+    static CACHE: OnceLock<LruCache<RecouplingKey, Arc<Recoupling>>> = OnceLock::new();
+    CACHE.get_or_init(|| LruCache::new(CAPACITY))
 }
 
 /// The recoupling cache's counters.
 pub fn recoupling_cache_stats() -> CacheStats {
-    CacheStats {
-        hits: HITS.load(Ordering::Relaxed),
-        misses: MISSES.load(Ordering::Relaxed),
-        entries: cache().read().expect("the recoupling cache").len(),
-    }
+    cache().stats()
 }
 
 impl Recoupling {
@@ -99,18 +83,12 @@ impl Recoupling {
     /// When `key.perm` is not a permutation of the legs or a split exceeds them (the callers
     /// check both).
     pub fn of(key: &RecouplingKey) -> Arc<Recoupling> {
-        if let Some(r) = cache().read().expect("the recoupling cache").get(key) {
-            HITS.fetch_add(1, Ordering::Relaxed);
-            return Arc::clone(r);
+        if let Some(r) = cache().get(key) {
+            return r;
         }
-        MISSES.fetch_add(1, Ordering::Relaxed);
         let r = Arc::new(Self::new(key));
-        cache()
-            .write()
-            .expect("the recoupling cache")
-            .entry(key.clone())
-            .or_insert(r)
-            .clone()
+        cache().insert(key.clone(), Arc::clone(&r));
+        r
     }
 
     /// The recoupling of `key`, computed now, without the cache: what a cache miss of

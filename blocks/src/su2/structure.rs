@@ -28,7 +28,8 @@ use crate::leg::{Direction, Leg};
 use crate::sector::{Sector, U1};
 use crate::structure::BlockStructure;
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
+use tessera_core::LruCache;
 
 /// A leg of an SU(2)-symmetric tensor: spins `two_j` (twice the spin, increasing), each with
 /// its multiplicity, and a direction: an [`In`](Direction::In) leg is a space `V` (a ket), an
@@ -224,24 +225,20 @@ pub fn local_basis(codomain: &[u32], domain: &[u32]) -> Vec<BasisElement> {
 /// again.
 type Trees = Arc<[(u32, Vec<Option<FusionTree>>)]>;
 
-/// The couplings and trees of `spins`, from a bounded process-wide cache (cleared whole when
-/// full; the trees are a pure function of the spins).
+/// The couplings and trees of `spins`, from a bounded process-wide cache (least recently
+/// used first out; the trees are a pure function of the spins).
 fn trees_of(spins: &[u32]) -> Trees {
-    const CAPACITY: usize = 1 << 14;
-    static CACHE: OnceLock<RwLock<HashMap<Vec<u32>, Trees>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(RwLock::default);
-    if let Some(t) = cache.read().expect("the tree cache").get(spins) {
-        return Arc::clone(t);
+    static CACHE: OnceLock<LruCache<Vec<u32>, Trees>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| LruCache::new(1 << 14));
+    if let Some(t) = cache.get(spins) {
+        return t;
     }
     let built: Trees = couplings(spins)
         .into_iter()
         .map(|c| (c, trees(spins, c)))
         .collect();
-    let mut held = cache.write().expect("the tree cache");
-    if held.len() >= CAPACITY {
-        held.clear();
-    }
-    Arc::clone(held.entry(spins.to_vec()).or_insert(built))
+    cache.insert(spins.to_vec(), Arc::clone(&built));
+    built
 }
 
 /// Every coupling of one side's legs: coupled spin increasing, then segment tuple, then tree.
@@ -409,14 +406,15 @@ impl Su2Structure {
     }
 
     /// The structure of `legs` and `n_codomain`, as [`new`](Self::new) builds it, shared: the
-    /// first call builds it, later calls with equal arguments return the same `Arc` (while
-    /// the process-wide cache holds it). Contractions, permutations and factorizations make
+    /// first call builds it, later calls with equal arguments return the same `Arc` while
+    /// the process-wide cache holds it (two first calls racing may each build one). Contractions, permutations and factorizations make
     /// their results' structures through it, so a sweep that meets the same legs again pays
     /// for neither the trees nor the block tables twice, and the permutation plans keyed by
     /// a structure's legs are reused.
     ///
-    /// The cache holds at most [`STRUCTURE_CACHE_CAPACITY`] structures and is cleared whole
-    /// when it would exceed that (tensors keep their own structures alive).
+    /// The cache (a [`tessera_core::LruCache`]) holds at most [`STRUCTURE_CACHE_CAPACITY`]
+    /// structures, the least recently used going first (tensors keep their own structures
+    /// alive).
     ///
     /// ```
     /// use std::sync::Arc;
@@ -434,19 +432,16 @@ impl Su2Structure {
     ///
     /// As [`new`](Self::new).
     pub fn shared(legs: Vec<Su2Leg>, n_codomain: usize) -> Result<Arc<Self>, Error> {
-        type Cache = RwLock<HashMap<(Vec<Su2Leg>, usize), Arc<Su2Structure>>>;
+        type Cache = LruCache<(Vec<Su2Leg>, usize), Arc<Su2Structure>>;
         static CACHE: OnceLock<Cache> = OnceLock::new();
-        let cache = CACHE.get_or_init(Cache::default);
+        let cache = CACHE.get_or_init(|| LruCache::new(STRUCTURE_CACHE_CAPACITY));
         let key = (legs, n_codomain);
-        if let Some(s) = cache.read().expect("the structure cache").get(&key) {
-            return Ok(Arc::clone(s));
+        if let Some(s) = cache.get(&key) {
+            return Ok(s);
         }
         let built = Arc::new(Self::new(key.0.clone(), n_codomain)?);
-        let mut held = cache.write().expect("the structure cache");
-        if held.len() >= STRUCTURE_CACHE_CAPACITY {
-            held.clear();
-        }
-        Ok(Arc::clone(held.entry(key).or_insert(built)))
+        cache.insert(key, Arc::clone(&built));
+        Ok(built)
     }
 
     /// The legs, codomain first.
