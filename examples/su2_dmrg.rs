@@ -2,14 +2,15 @@
 //! of kept states:
 //! `cargo run --release --example su2_dmrg -- [sites] [two_s] [states] [sweeps] [engines]
 //! [total_two_s]` (defaults 32 1 64 4 both, and the lowest total spin; `engines` is `both`,
-//! `su2` or `u1`; a total spin other than the lowest is for `su2` alone). Prints the ground
-//! energies and wall times.
+//! `su2` or `u1`; a total spin other than the lowest is for `su2` alone). With `two_s = 0`,
+//! the Hubbard chain at half filling and `U = 4` instead: SU(2) x U(1) beside the U(1) x U(1)
+//! engine. Prints the ground energies and wall times.
 
 use std::time::Instant;
 use tessera::blocks::su2::{permutation_cache_stats, recoupling_cache_stats};
 use tessera_mps::dmrg::{Dmrg, Settings};
 use tessera_mps::models::{ChainModel, Model, ModelVisitor};
-use tessera_mps::su2::{Su2Dmrg, heisenberg_su2};
+use tessera_mps::su2::{Su2Dmrg, dmrg_su2};
 
 struct U1Run {
     states: usize,
@@ -53,7 +54,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<usize> = args.iter().map(|a| a.parse()).collect::<Result<_, _>>()?;
     let arg = |i: usize, d: usize| args.get(i).copied().unwrap_or(d);
     let (sites, two_s, states, sweeps) = (arg(0, 32), arg(1, 1) as u32, arg(2, 64), arg(3, 4));
-    let lowest = Su2Dmrg::new(sites, two_s, states).total_two_s;
+    let base = if two_s == 0 {
+        Su2Dmrg::hubbard(sites, 1.0, 4.0, u32::try_from(sites)?, states)
+    } else {
+        Su2Dmrg::new(sites, two_s, states)
+    };
+    let lowest = base.total_two_s;
     let total_two_s = u32::try_from(arg(4, lowest as usize))?;
     if total_two_s != lowest && engines != "su2" {
         return Err("a total spin other than the lowest is for the su2 engine alone".into());
@@ -64,9 +70,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             sweeps,
             seed: 7,
             total_two_s,
-            ..Su2Dmrg::new(sites, two_s, states)
+            ..base
         };
-        let g = heisenberg_su2(&run)?;
+        let g = dmrg_su2(&run)?;
         let mut t = 0.0;
         let per_sweep = g.energies.iter().zip(&g.sweep_seconds).map(|(&e, &s)| {
             t += s;
@@ -84,7 +90,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     if engines != "su2" {
-        let spec = if two_s == 1 {
+        let spec = if two_s == 0 {
+            format!("hubbard:L={sites},U=4")
+        } else if two_s == 1 {
             format!("heisenberg:L={sites}")
         } else {
             format!("xxz:L={sites},S={},Jz=1", f64::from(two_s) / 2.0)

@@ -444,7 +444,8 @@ pub mod tree;
 pub use permute::permutation_cache_stats;
 pub use recouple::{Recoupling, RecouplingKey, recoupling_cache_stats};
 pub use structure::{
-    BasisElement, Coupling, Group, STRUCTURE_CACHE_CAPACITY, Su2Leg, Su2Structure, local_basis,
+    BasisElement, Coupling, Group, STRUCTURE_CACHE_CAPACITY, Su2Label, Su2Leg, Su2Structure,
+    local_basis,
 };
 pub use tensor::Su2Tensor;
 pub use tessera_core::CacheStats;

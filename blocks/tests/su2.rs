@@ -1,5 +1,6 @@
-//! SU(2) tensors against their dense forms, on seeded random structures: the dense form is
-//! an invariant (every generator annihilates it), the projection of a dense invariant gives
+//! SU(2) tensors against their dense forms, on seeded random structures (half of them
+//! SU(2) x U(1), with charged legs): the dense form is an invariant (every generator
+//! annihilates it, and it conserves charge), the projection of a dense invariant gives
 //! the tensor back, the norm is the dense norm, and permutations (with any split, any
 //! directions) are exact on the dense tensor.
 
@@ -12,27 +13,72 @@ use tessera_blocks::su2::{
     Su2Leg, Su2Structure, Su2Tensor, permutation_cache_stats, recoupling_cache_stats,
 };
 
-fn random_leg(rng: &mut ChaCha8Rng) -> Su2Leg {
+/// A random leg of spins up to 2; with `charged`, each spin with a charge in `-1..=1` (one
+/// spin may then come with several charges).
+fn random_leg(rng: &mut ChaCha8Rng, charged: bool) -> Su2Leg {
     let n = rng.gen_range(1..=3);
-    let mut spins: Vec<u32> = (0..5).collect();
+    let mut pool: Vec<(u32, i32)> = (0..5)
+        .flat_map(|j| {
+            let charges = if charged { -1..=1 } else { 0..=0 };
+            charges.map(move |q| (j, q))
+        })
+        .collect();
     let mut sectors = Vec::new();
     for _ in 0..n {
-        let j = spins.swap_remove(rng.gen_range(0..spins.len()));
-        sectors.push((j, rng.gen_range(1..=2)));
+        let sector = pool.swap_remove(rng.gen_range(0..pool.len()));
+        sectors.push((sector, rng.gen_range(1..=2)));
     }
     let d = if rng.gen_bool(0.5) {
         Direction::In
     } else {
         Direction::Out
     };
-    Su2Leg::new(d, sectors).unwrap()
+    Su2Leg::with_charges(d, sectors).unwrap()
 }
 
+/// A random structure; half of them SU(2) x U(1) (charged legs).
 fn random_structure(rng: &mut ChaCha8Rng, max_legs: usize) -> Su2Structure {
     let n = rng.gen_range(1..=max_legs);
-    let legs: Vec<Su2Leg> = (0..n).map(|_| random_leg(rng)).collect();
+    let charged = rng.gen_bool(0.5);
+    let legs: Vec<Su2Leg> = (0..n).map(|_| random_leg(rng, charged)).collect();
     let split = rng.gen_range(0..=n);
     Su2Structure::new(legs, split).unwrap()
+}
+
+/// The largest dense element whose legs' charges do not add to zero (`In` legs counting
+/// their charge, `Out` legs minus it): zero for a `U(1)` invariant.
+fn charge_violation(s: &Su2Structure, dense: &[f64]) -> f64 {
+    // Each leg's signed charge per dense index.
+    let charges: Vec<Vec<i32>> = s
+        .legs()
+        .iter()
+        .map(|l| {
+            let sign = if l.direction() == Direction::In {
+                1
+            } else {
+                -1
+            };
+            l.sectors()
+                .iter()
+                .zip(l.charges())
+                .flat_map(|(&(j, copies), &q)| {
+                    std::iter::repeat_n(sign * q, (j as usize + 1) * copies)
+                })
+                .collect()
+        })
+        .collect();
+    let mut worst = 0.0_f64;
+    for (flat, x) in dense.iter().enumerate() {
+        let (mut rest, mut total) = (flat, 0);
+        for c in &charges {
+            total += c[rest % c.len()];
+            rest /= c.len();
+        }
+        if total != 0 {
+            worst = worst.max(x.abs());
+        }
+    }
+    worst
 }
 
 /// `x` (column-major over `dims`) with new axis `i` being old axis `perm[i]`.
@@ -112,8 +158,8 @@ fn generator_residual(s: &Su2Structure, dense: &[f64], up: bool) -> f64 {
 #[test]
 fn dense_forms_are_invariant_and_project_back() {
     let mut rng = ChaCha8Rng::seed_from_u64(29);
-    let mut nonempty = 0;
-    for case in 0..60 {
+    let (mut nonempty, mut charged) = (0, 0);
+    for case in 0..100 {
         let s = random_structure(&mut rng, 4);
         let t = Su2Tensor::<f64>::random(s, case).unwrap();
         let dense = t.to_dense().unwrap();
@@ -126,6 +172,14 @@ fn dense_forms_are_invariant_and_project_back() {
             continue;
         }
         nonempty += 1;
+        if t.structure()
+            .legs()
+            .iter()
+            .any(|l| l.charges().iter().any(|&q| q != 0))
+        {
+            charged += 1;
+        }
+        assert_eq!(charge_violation(t.structure(), &dense), 0.0, "case {case}");
         for up in [true, false] {
             let r = generator_residual(t.structure(), &dense, up);
             assert!(r < 1e-12 * norm, "case {case}: J residual {r}");
@@ -139,7 +193,8 @@ fn dense_forms_are_invariant_and_project_back() {
             assert!((x - y).abs() < 1e-12, "case {case}: {x} vs {y}");
         }
     }
-    assert!(nonempty > 30, "only {nonempty} cases had blocks");
+    assert!(nonempty > 50, "only {nonempty} cases had blocks");
+    assert!(charged > 12, "only {charged} charged cases had blocks");
 }
 
 #[test]
@@ -215,6 +270,14 @@ fn misuse_is_refused_with_what_was_expected() {
     ));
     assert!(matches!(
         Su2Leg::new(Direction::In, [(1, 1), (2, 1), (1, 3)]),
+        Err(Error::RepeatedSector {
+            first: 0,
+            second: 2,
+            ..
+        })
+    ));
+    assert!(matches!(
+        Su2Leg::with_charges(Direction::Out, [((1, 1), 1), ((1, -1), 1), ((1, 1), 2)]),
         Err(Error::RepeatedSector {
             first: 0,
             second: 2,

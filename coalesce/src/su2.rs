@@ -1,10 +1,10 @@
-//! Factorizations of SU(2)-symmetric tensors, per coupled spin.
+//! Factorizations of SU(2)-symmetric tensors, per coupled spin (and charge).
 //!
 //! Owns [`svd_su2`], [`qr_su2`], [`eigh_su2`] and their results [`Su2Svd`], [`Su2Qr`],
 //! [`Su2Eigh`]. Invariants: each is the abelian factorization of the matrix form, one per
-//! coupled spin `c` of the reduced matrix, and the factors are SU(2) tensors whose bond leg
-//! holds spin `c` with as many multiplets as that factorization's bond has columns, so
-//! composing them gives back `A` on the dense tensors. `A = U S V†` exactly up to the
+//! coupled spin `c` (and charge `q`) of the reduced matrix, and the factors are SU(2) tensors
+//! whose bond leg holds `(c, q)` with as many multiplets as that factorization's bond has
+//! columns, so composing them gives back `A` on the dense tensors. `A = U S V†` exactly up to the
 //! truncation, which weighs each singular value by `2c + 1`: a multiplet is kept or dropped
 //! whole, `max_dim` counts states, and the discarded weight is the dense `||A - U S V†||^2`.
 //! An eigenvalue of [`eigh_su2`] is the eigenvalue of a whole multiplet (`2c + 1` equal dense
@@ -16,17 +16,17 @@ use crate::qr::qr;
 use crate::svd::{SingularValues, svd_weighted};
 use crate::truncation::Truncation;
 use tessera_backends::{Field, Scalar};
-use tessera_blocks::su2::{Su2Leg, Su2Structure, Su2Tensor};
-use tessera_blocks::{AsyncArray, Direction, Leg, U1};
+use tessera_blocks::su2::{Su2Label, Su2Leg, Su2Structure, Su2Tensor};
+use tessera_blocks::{AsyncArray, Direction, Leg};
 
 /// The result of [`svd_su2`].
 #[derive(Debug)]
 pub struct Su2Svd<T: Scalar> {
     /// `U`: `A`'s codomain legs to the bond leg, orthonormal columns per coupled spin.
     pub u: Su2Tensor<T>,
-    /// The kept singular values per coupled spin, as on the reduced matrices (each stands
-    /// for a multiplet of `2c + 1` states); labelled `U1(2c)`.
-    pub s: SingularValues<f64, U1>,
+    /// The kept singular values per coupled spin and charge, as on the reduced matrices
+    /// (each stands for a multiplet of `2c + 1` states); labelled [`Su2Label`] `(2c, q)`.
+    pub s: SingularValues<f64, Su2Label>,
     /// `V†`: the dual bond leg to `A`'s domain legs, orthonormal rows per coupled spin.
     pub vt: Su2Tensor<T>,
     /// The bond leg (as `U`'s domain leg, `Out`): spin `c` with the multiplets it keeps.
@@ -61,10 +61,10 @@ pub fn svd_su2<T: Field + Scalar<Real = f64>>(
     a: &Su2Tensor<T>,
     truncation: &Truncation,
 ) -> Result<Su2Svd<T>, Error> {
-    let f = svd_weighted(a.data(), truncation, |c: &U1| f64::from(c.0 + 1))?;
-    let bond = Su2Leg::new(
+    let f = svd_weighted(a.data(), truncation, |c: &Su2Label| f64::from(c.0.0 + 1))?;
+    let bond = Su2Leg::with_charges(
         Direction::Out,
-        f.s.iter().map(|(c, v)| (c.0 as u32, v.len())),
+        f.s.iter().map(|(c, v)| ((c.0.0 as u32, c.1.0), v.len())),
     )?;
     let (u, vt) = split(a, &bond, f.u, f.vt)?;
     Ok(Su2Svd {
@@ -101,10 +101,13 @@ pub struct Su2Eigh<T: Scalar> {
     pub bond: Su2Leg,
 }
 
-/// The SU(2) leg of an abelian factor's bond leg (labelled `U1(2c)`, direction `Out`).
-fn su2_bond(leg: &Leg<U1>) -> Result<Su2Leg, Error> {
-    let spins = leg.segments().iter().map(|g| (g.sector.0 as u32, g.dim));
-    Ok(Su2Leg::new(Direction::Out, spins)?)
+/// The SU(2) leg of an abelian factor's bond leg (labelled `(2c, q)`, direction `Out`).
+fn su2_bond(leg: &Leg<Su2Label>) -> Result<Su2Leg, Error> {
+    let sectors = leg
+        .segments()
+        .iter()
+        .map(|g| ((g.sector.0.0 as u32, g.sector.1.0), g.dim));
+    Ok(Su2Leg::with_charges(Direction::Out, sectors)?)
 }
 
 /// The factors of `a` on either side of `bond`: `left` (`a`'s codomain to the bond) and
@@ -112,8 +115,8 @@ fn su2_bond(leg: &Leg<U1>) -> Result<Su2Leg, Error> {
 fn split<T: Scalar<Real = f64>>(
     a: &Su2Tensor<T>,
     bond: &Su2Leg,
-    left: AsyncArray<T, U1>,
-    right: AsyncArray<T, U1>,
+    left: AsyncArray<T, Su2Label>,
+    right: AsyncArray<T, Su2Label>,
 ) -> Result<(Su2Tensor<T>, Su2Tensor<T>), Error> {
     let s = a.structure();
     let l: Vec<Su2Leg> = s.codomain().iter().cloned().chain([bond.clone()]).collect();

@@ -1,6 +1,6 @@
-//! SU(2) contractions against the dense contraction of the expanded tensors, on seeded
-//! random structures (random directions, splits, leg orders and output splits), and their
-//! refusals.
+//! SU(2) contractions and factorizations against the dense operations on the expanded
+//! tensors, on seeded random structures (random directions, splits, leg orders and output
+//! splits; every other case SU(2) x U(1), with charged legs), and their refusals.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -8,20 +8,28 @@ use tessera_blocks::Direction;
 use tessera_blocks::su2::{Su2Leg, Su2Structure, Su2Tensor};
 use tessera_contract::{Error, contract_su2};
 
-fn random_leg(rng: &mut ChaCha8Rng) -> Su2Leg {
-    let n = rng.gen_range(1..=3);
-    let mut spins: Vec<u32> = (0..4).collect();
+/// A random leg of spins up to 3/2; with `charged` (SU(2) x U(1)), each spin with a charge
+/// in `-1..=1` (one spin may then come with several charges).
+fn random_leg(rng: &mut ChaCha8Rng, charged: bool) -> Su2Leg {
+    // Charged legs take more sectors, so that more tuples conserve charge.
+    let n = rng.gen_range(1 + usize::from(charged)..=3);
+    let mut pool: Vec<(u32, i32)> = (0..4)
+        .flat_map(|j| {
+            let charges = if charged { -1..=1 } else { 0..=0 };
+            charges.map(move |q| (j, q))
+        })
+        .collect();
     let mut sectors = Vec::new();
     for _ in 0..n {
-        let j = spins.swap_remove(rng.gen_range(0..spins.len()));
-        sectors.push((j, rng.gen_range(1..=2)));
+        let sector = pool.swap_remove(rng.gen_range(0..pool.len()));
+        sectors.push((sector, rng.gen_range(1..=2)));
     }
     let d = if rng.gen_bool(0.5) {
         Direction::In
     } else {
         Direction::Out
     };
-    Su2Leg::new(d, sectors).unwrap()
+    Su2Leg::with_charges(d, sectors).unwrap()
 }
 
 fn shuffle<T>(rng: &mut ChaCha8Rng, v: &mut [T]) {
@@ -75,23 +83,25 @@ fn dense_contract(
 fn contractions_match_the_dense_contraction() {
     let mut rng = ChaCha8Rng::seed_from_u64(2926);
     let names = ['a', 'b', 'c', 'd', 'e', 'f', 'g'];
-    let mut nonzero = 0;
-    for case in 0..80 {
+    let (mut nonzero, mut charged) = (0, 0);
+    for case in 0..160 {
         let (nk, nfa, nfb) = (
             rng.gen_range(0..=2),
             rng.gen_range(0..=2),
             rng.gen_range(0..=2),
         );
-        let k_legs: Vec<Su2Leg> = (0..nk).map(|_| random_leg(&mut rng)).collect();
+        let k_legs: Vec<Su2Leg> = (0..nk)
+            .map(|_| random_leg(&mut rng, case % 2 == 1))
+            .collect();
         let mut a_items: Vec<(char, Su2Leg)> =
             (0..nk).map(|i| (names[i], k_legs[i].clone())).collect();
         let mut b_items: Vec<(char, Su2Leg)> =
             (0..nk).map(|i| (names[i], k_legs[i].dual())).collect();
         for i in 0..nfa {
-            a_items.push((names[nk + i], random_leg(&mut rng)));
+            a_items.push((names[nk + i], random_leg(&mut rng, case % 2 == 1)));
         }
         for i in 0..nfb {
-            b_items.push((names[nk + nfa + i], random_leg(&mut rng)));
+            b_items.push((names[nk + nfa + i], random_leg(&mut rng, case % 2 == 1)));
         }
         shuffle(&mut rng, &mut a_items);
         shuffle(&mut rng, &mut b_items);
@@ -136,6 +146,7 @@ fn contractions_match_the_dense_contraction() {
         let scale = 1.0 + want.iter().fold(0.0_f64, |m, x| m.max(x.abs()));
         if scale > 1.0 + 1e-9 {
             nonzero += 1;
+            charged += case % 2;
         }
         for (k, (x, y)) in got.iter().zip(&want).enumerate() {
             assert!(
@@ -145,8 +156,8 @@ fn contractions_match_the_dense_contraction() {
         }
     }
     assert!(
-        nonzero > 30,
-        "only {nonzero} contractions had a nonzero result"
+        nonzero > 40 && charged > 8,
+        "only {nonzero} contractions ({charged} charged) had a nonzero result"
     );
 }
 
@@ -199,6 +210,28 @@ fn mismatched_pairs_are_refused_and_nothing_is_written() {
         ),
         "{e}"
     );
+    // `j`: the same spins and multiplicities, but charged differently.
+    let q = Su2Leg::with_charges(Direction::In, [((0, 1), 1), ((1, 0), 2)]).unwrap();
+    let charged =
+        Su2Tensor::<f64>::random(Su2Structure::new(vec![q.clone(), q.dual()], 1).unwrap(), 4)
+            .unwrap();
+    let e = contract_su2("ij,jk->ik", &a, &charged).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Legs {
+                source: tessera_blocks::Error::SegmentMismatch {
+                    segment: 0,
+                    left_dim: 1,
+                    right_dim: 1,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("q = 1"), "{e}");
     let e = contract_su2("ijk,jk->i", &a, &same).unwrap_err();
     assert!(
         matches!(
@@ -228,7 +261,9 @@ fn svd_factors_reconstruct_and_truncate_by_states() {
     let mut truncated = 0;
     for case in 0..30 {
         let (p, q) = (rng.gen_range(1..=2), rng.gen_range(1..=2));
-        let legs: Vec<Su2Leg> = (0..p + q).map(|_| random_leg(&mut rng)).collect();
+        let legs: Vec<Su2Leg> = (0..p + q)
+            .map(|_| random_leg(&mut rng, case % 2 == 1))
+            .collect();
         let a = Su2Tensor::<f64>::random(Su2Structure::new(legs, p).unwrap(), case).unwrap();
         let dense = a.to_dense().unwrap();
         let norm2: f64 = dense.iter().map(|x| x * x).sum();
@@ -303,7 +338,9 @@ fn qr_factors_reconstruct_with_an_isometry() {
     let names = ['a', 'b', 'c', 'd', 'e', 'f'];
     for case in 0..30 {
         let (p, q) = (rng.gen_range(1..=2), rng.gen_range(1..=2));
-        let legs: Vec<Su2Leg> = (0..p + q).map(|_| random_leg(&mut rng)).collect();
+        let legs: Vec<Su2Leg> = (0..p + q)
+            .map(|_| random_leg(&mut rng, case % 2 == 1))
+            .collect();
         let a = Su2Tensor::<f64>::random(Su2Structure::new(legs, p).unwrap(), case).unwrap();
         let dense = a.to_dense().unwrap();
         let f = qr_su2(&a).unwrap();
@@ -332,7 +369,9 @@ fn eigh_diagonalises_hermitian_maps_by_multiplet() {
     let mut checked = 0;
     for case in 0..30 {
         let p = rng.gen_range(1..=2);
-        let cod: Vec<Su2Leg> = (0..p).map(|_| random_leg(&mut rng)).collect();
+        let cod: Vec<Su2Leg> = (0..p)
+            .map(|_| random_leg(&mut rng, case % 2 == 1))
+            .collect();
         let legs: Vec<Su2Leg> = cod
             .iter()
             .cloned()

@@ -1,19 +1,25 @@
-//! Two-site DMRG with SU(2) symmetry, on the Heisenberg chain of spin `s`.
+//! Two-site DMRG with SU(2) symmetry: the Heisenberg chain of spin `s`, and the Fermi-Hubbard
+//! chain with SU(2) x U(1) (spin and electron number).
 //!
-//! Owns [`heisenberg_su2`] (the driver), [`Su2Dmrg`] (its settings) and [`Su2Ground`] (its
-//! result): the MPS, the MPO and the environments are [`Su2Tensor`]s, every contraction is
-//! [`contract_su2`] (one GEMM per coupled spin), every split is [`svd_su2`] (multiplets kept
-//! whole, `max_states` counting states). Invariants:
+//! Owns [`dmrg_su2`] (the driver), [`Su2Dmrg`] (its settings), [`Su2Model`] (the chains it
+//! solves) and [`Su2Ground`] (its result): the MPS, the MPO and the environments are
+//! [`Su2Tensor`]s, every contraction is [`contract_su2`] (one GEMM per coupled spin and
+//! charge), every split is [`svd_su2`] (multiplets kept whole, `max_states` counting
+//! states). Invariants:
 //!
-//! - The MPO is the SU(2)-invariant form of `J sum S_i . S_(i+1)`: a bond of two singlets
-//!   (start, done) and one triplet carrying the spherical components `T_q` of `S`; it is
-//!   built from its dense form and checked to be invariant (projection loses nothing).
+//! - The MPO is built from its dense form and checked to be invariant (projection loses
+//!   nothing). Its bond starts with two singlets of charge 0 (start, done); the channels
+//!   between carry tensor operators: the triplet of `S` for Heisenberg (the spherical
+//!   components `T_q`), for Hubbard the spinors `c+ P` and `P c` (charges `+1` and `-1`,
+//!   `P` the site's parity: the Jordan-Wigner string, itself a scalar, so the fermionic
+//!   signs need no braiding of the tensors).
 //! - Sites left of the centre are left-canonical, right of it right-canonical; the Lanczos
 //!   vectors are the reduced blocks scaled by `sqrt(2c + 1)`, so their Euclidean inner
 //!   product is the dense one and the effective Hamiltonian is symmetric on them.
 
 use crate::Result;
 use crate::error::Error;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use tessera_blocks::AsyncArray;
 use tessera_blocks::Direction;
@@ -21,19 +27,42 @@ use tessera_blocks::su2::{Su2Leg, Su2Structure, Su2Tensor};
 use tessera_coalesce::{Truncation, svd_su2};
 use tessera_contract::contract_su2;
 
-/// Settings of [`heisenberg_su2`].
+/// The chain an SU(2) DMRG solves (open boundaries).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Su2Model {
+    /// The Heisenberg chain `J sum S_i . S_(i+1)` of spins `two_s / 2` (1 for spin one
+    /// half, 2 for spin one).
+    Heisenberg {
+        /// The spin of a site, as `2s`.
+        two_s: u32,
+        /// The exchange `J`.
+        j: f64,
+    },
+    /// The Fermi-Hubbard chain `-t sum_(i,s) (c+_(i,s) c_(i+1,s) + h.c.) + U sum_i
+    /// n_(i,up) n_(i,dn)` with `electrons` electrons: SU(2) x U(1), a site's sectors the
+    /// empty singlet, the one-electron doublet and the two-electron singlet.
+    Hubbard {
+        /// The hopping `t`.
+        t: f64,
+        /// The on-site interaction `U`.
+        u: f64,
+        /// The number of electrons (at most two per site).
+        electrons: u32,
+    },
+}
+
+/// Settings of [`dmrg_su2`].
 #[derive(Clone, Debug)]
 pub struct Su2Dmrg {
     /// Sites.
     pub sites: usize,
-    /// The spin of a site, as `2s` (1 for spin one half, 2 for spin one).
-    pub two_s: u32,
+    /// The chain.
+    pub model: Su2Model,
     /// The total spin of the state sought, as `2S`: the lowest state of that total spin is
     /// found (0 for the singlet; the lowest states of two spins give gaps, such as the
-    /// Haldane gap of the spin-one chain). Its parity must be that of `sites * two_s`.
+    /// Haldane gap of the spin-one chain). Its parity must be that of the number of
+    /// half-integer spins (`sites * two_s`, or the electrons).
     pub total_two_s: u32,
-    /// The exchange `J`.
-    pub j: f64,
     /// The most states (multiplets times their dimensions) a bond keeps.
     pub max_states: usize,
     /// Full sweeps (one left to right and back each).
@@ -47,16 +76,15 @@ pub struct Su2Dmrg {
 }
 
 impl Su2Dmrg {
-    /// `sites` spins `two_s / 2` with `J = 1`, the lowest total spin (0, or one half for an
-    /// odd number of half-integer spins), at most `max_states` states a bond, 4 sweeps from
-    /// seed 1, and the U(1) engine's Lanczos defaults (a residual of `1e-8`, at most 40
-    /// iterations).
+    /// `sites` spins `two_s / 2` of the Heisenberg chain with `J = 1`, the lowest total
+    /// spin (0, or one half for an odd number of half-integer spins), at most `max_states`
+    /// states a bond, 4 sweeps from seed 1, and the U(1) engine's Lanczos defaults (a
+    /// residual of `1e-8`, at most 40 iterations).
     pub fn new(sites: usize, two_s: u32, max_states: usize) -> Self {
         Self {
             sites,
-            two_s,
+            model: Su2Model::Heisenberg { two_s, j: 1.0 },
             total_two_s: (sites as u32).wrapping_mul(two_s) % 2,
-            j: 1.0,
             max_states,
             sweeps: 4,
             seed: 1,
@@ -64,9 +92,29 @@ impl Su2Dmrg {
             lanczos_iter: 40,
         }
     }
+
+    /// The Hubbard chain of `sites` sites and `electrons` electrons with hopping `t` and
+    /// interaction `u`, the lowest total spin (0, or one half for an odd number of
+    /// electrons), and the other settings of [`new`](Self::new).
+    ///
+    /// ```
+    /// use tessera_mps::su2::{Su2Dmrg, dmrg_su2};
+    ///
+    /// // Two sites at half filling: (U - sqrt(U^2 + 16 t^2)) / 2.
+    /// let g = dmrg_su2(&Su2Dmrg::hubbard(2, 1.0, 4.0, 2, 16))?;
+    /// assert!((g.energy - (4.0 - 32.0_f64.sqrt()) / 2.0).abs() < 1e-10);
+    /// # Ok::<(), tessera_mps::Error>(())
+    /// ```
+    pub fn hubbard(sites: usize, t: f64, u: f64, electrons: u32, max_states: usize) -> Self {
+        Self {
+            model: Su2Model::Hubbard { t, u, electrons },
+            total_two_s: electrons % 2,
+            ..Self::new(sites, 1, max_states)
+        }
+    }
 }
 
-/// What [`heisenberg_su2`] found.
+/// What [`dmrg_su2`] found.
 #[derive(Debug)]
 pub struct Su2Ground {
     /// The ground energy after the last sweep.
@@ -92,9 +140,169 @@ fn dmrg_error(what: &str, expected: &str, found: String) -> Error {
     }
 }
 
-/// The MPO bond: two singlets (start, done) and the triplet of `S`.
-fn mpo_bond(direction: Direction) -> Result<Su2Leg> {
-    Ok(Su2Leg::new(direction, [(0, 2), (2, 1)])?)
+/// A sector of a leg: `(two_j, charge)`.
+type Sector = (u32, i32);
+
+/// A chain as the driver needs it: the site, the bulk MPO tensor and its bond, and the
+/// sector of the state sought.
+struct Chain {
+    /// The physical leg (`In`).
+    site: Su2Leg,
+    /// The bulk MPO tensor `W[wL, p, p', wR]` (legs `In`, `In`, `Out`, `Out`).
+    w: Su2Tensor<f64>,
+    /// The MPO bond (`In`): its first sector is `(0, 0)` with the channels start (dense 0)
+    /// and done (dense 1).
+    mpo_bond: Su2Leg,
+    /// The total spin and charge of the state.
+    target: Sector,
+}
+
+impl Chain {
+    /// The chain of `run`, with its settings checked.
+    fn of(run: &Su2Dmrg) -> Result<Self> {
+        let n = run.sites;
+        let total = run.total_two_s;
+        match run.model {
+            Su2Model::Heisenberg { two_s, j } => {
+                let most = u32::try_from(n)
+                    .ok()
+                    .and_then(|n| n.checked_mul(two_s))
+                    .unwrap_or(u32::MAX);
+                let parity = most.checked_sub(total);
+                if n < 2 || two_s == 0 || parity.is_none_or(|p| !p.is_multiple_of(2)) {
+                    return Err(dmrg_error(
+                        "the SU(2) Heisenberg chain",
+                        "at least two sites of spin s > 0 that couple to the total spin",
+                        format!("{n} sites of 2s = {two_s} and a total 2S = {total}"),
+                    ));
+                }
+                finite("J", j)?;
+                let (dense, mpo_bond) = heisenberg_mpo(two_s, j);
+                let site = Su2Leg::new(Direction::In, [(two_s, 1)])?;
+                let w = invariant_mpo(&site, &mpo_bond, &dense, "the SU(2) Heisenberg MPO")?;
+                Ok(Self {
+                    site,
+                    w,
+                    mpo_bond,
+                    target: (total, 0),
+                })
+            }
+            Su2Model::Hubbard { t, u, electrons } => {
+                // At most min(N, 2L - N) electrons are unpaired.
+                let free = u32::try_from(n)
+                    .ok()
+                    .and_then(|n| n.checked_mul(2))
+                    .and_then(|m| m.checked_sub(electrons))
+                    .map(|holes| holes.min(electrons));
+                if n < 2 || free.is_none_or(|f| total > f || !(f - total).is_multiple_of(2)) {
+                    return Err(dmrg_error(
+                        "the SU(2) Hubbard chain",
+                        "at least two sites, at most two electrons a site, and a total spin \
+                         the electrons couple to",
+                        format!("{n} sites, {electrons} electrons and a total 2S = {total}"),
+                    ));
+                }
+                finite("t", t)?;
+                finite("U", u)?;
+                let (dense, mpo_bond) = hubbard_mpo(t, u);
+                let site =
+                    Su2Leg::with_charges(Direction::In, [((0, 0), 1), ((1, 1), 1), ((0, 2), 1)])?;
+                let w = invariant_mpo(&site, &mpo_bond, &dense, "the SU(2) Hubbard MPO")?;
+                Ok(Self {
+                    site,
+                    w,
+                    mpo_bond,
+                    target: (total, electrons as i32),
+                })
+            }
+        }
+    }
+
+    /// The sectors of a site, with multiplicity.
+    fn site_sectors(&self) -> Vec<Sector> {
+        self.site
+            .sectors()
+            .iter()
+            .zip(self.site.charges())
+            .map(|(&(j, _), &q)| (j, q))
+            .collect()
+    }
+}
+
+fn finite(what: &str, x: f64) -> Result<()> {
+    if x.is_finite() {
+        Ok(())
+    } else {
+        Err(dmrg_error(
+            &format!("coupling {what}"),
+            "a finite number",
+            x.to_string(),
+        ))
+    }
+}
+
+/// The bulk MPO `W[wL, p, p', wR]` of `dense` (column-major, `p` the row of each
+/// operator) over `site` and `mpo_bond`, checked to be invariant.
+fn invariant_mpo(
+    site: &Su2Leg,
+    mpo_bond: &Su2Leg,
+    dense: &[f64],
+    what: &str,
+) -> Result<Su2Tensor<f64>> {
+    let s = Su2Structure::new(
+        vec![mpo_bond.clone(), site.clone(), site.dual(), mpo_bond.dual()],
+        2,
+    )?;
+    let tensor = Su2Tensor::from_dense(s, dense)?;
+    let back = tensor.to_dense()?;
+    let err = back
+        .iter()
+        .zip(dense)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    if err > 1e-12 {
+        return Err(dmrg_error(
+            what,
+            "an invariant dense form",
+            format!("a projection that moves it by {err}"),
+        ));
+    }
+    Ok(tensor)
+}
+
+/// A dense MPO `W[wl, a, b, wr]` (column-major) of bond dimension `k` over a site of
+/// dimension `d`, filled operator by operator.
+struct DenseMpo {
+    d: usize,
+    k: usize,
+    w: Vec<f64>,
+}
+
+impl DenseMpo {
+    fn new(d: usize, k: usize) -> Self {
+        Self {
+            d,
+            k,
+            w: vec![0.0; k * d * d * k],
+        }
+    }
+
+    /// `W[wl, a, b, wr] += x op[a + d b]` for every `a`, `b` (`op` column-major, `a` the
+    /// row: the state the operator leads to).
+    fn set(&mut self, wl: usize, wr: usize, op: &[f64], x: f64) {
+        let (d, k) = (self.d, self.k);
+        for a in 0..d {
+            for b in 0..d {
+                self.w[wl + k * (a + d * (b + d * wr))] += x * op[a + d * b];
+            }
+        }
+    }
+}
+
+fn identity(d: usize) -> Vec<f64> {
+    let mut m = vec![0.0; d * d];
+    (0..d).for_each(|i| m[i + d * i] = 1.0);
+    m
 }
 
 /// The spherical components `T_(+1) = -S^+ / sqrt 2`, `T_0 = S^z`, `T_(-1) = S^- / sqrt 2` of a
@@ -116,83 +324,142 @@ fn spherical(two_s: u32) -> [Vec<f64>; 3] {
     out
 }
 
-/// The bulk MPO tensor `W[wL, p, p', wR]` (legs `In`, `In`, `Out`, `Out`).
-fn mpo(two_s: u32, j: f64) -> Result<Su2Tensor<f64>> {
+/// The dense Heisenberg MPO and its bond: two singlets (start, done) and the triplet of
+/// `S`; channel `k` carries `q = 1 - k`, opened with `T_q` and closed with
+/// `J (-1)^q T_(-q)`.
+fn heisenberg_mpo(two_s: u32, j: f64) -> (Vec<f64>, Su2Leg) {
     let d = two_s as usize + 1;
-    let p = Su2Leg::new(Direction::In, [(two_s, 1)])?;
-    let s = Su2Structure::new(
-        vec![
-            mpo_bond(Direction::In)?,
-            p.clone(),
-            p.dual(),
-            mpo_bond(Direction::Out)?,
-        ],
-        2,
-    )?;
     let t = spherical(two_s);
-    let at = |wl: usize, a: usize, b: usize, wr: usize| wl + 5 * (a + d * (b + d * wr));
-    let mut w = vec![0.0; 25 * d * d];
-    for a in 0..d {
-        w[at(0, a, a, 0)] = 1.0;
-        w[at(1, a, a, 1)] = 1.0;
-    }
-    // Channel k carries q = 1 - k: open with T_q, close with J (-1)^q T_(-q).
+    let mut w = DenseMpo::new(d, 5);
+    w.set(0, 0, &identity(d), 1.0);
+    w.set(1, 1, &identity(d), 1.0);
     for k in 0..3 {
         let sign = if k == 1 { 1.0 } else { -1.0 };
-        for a in 0..d {
-            for b in 0..d {
-                w[at(0, a, b, 2 + k)] = t[k][a + d * b];
-                w[at(2 + k, a, b, 1)] = j * sign * t[2 - k][a + d * b];
-            }
+        w.set(0, 2 + k, &t[k], 1.0);
+        w.set(2 + k, 1, &t[2 - k], j * sign);
+    }
+    let bond = Su2Leg::new(Direction::In, [(0, 2), (2, 1)]).expect("valid sectors");
+    (w.w, bond)
+}
+
+/// The dense Hubbard MPO and its bond. The site's dense basis is `|0>`, `|up dn> =
+/// c+_up c+_dn |0>` (the singlets of charge 0 and 2), `|up>`, `|dn>` (the doublet). The
+/// bond: start, done (charge 0), the spinor `P c` (charge -1: `m = 1/2` is `P c_dn`,
+/// `m = -1/2` is `-P c_up`) closed by `c+_dn`, `-c+_up`, and the spinor `c+ P` (charge +1:
+/// `c+_up P`, `c+_dn P`) closed by `c_up`, `c_dn`; each pair times `-t` is a hop, the
+/// parity `P` between them the Jordan-Wigner string.
+fn hubbard_mpo(t: f64, u: f64) -> (Vec<f64>, Su2Leg) {
+    let d = 4;
+    let op = |entries: &[(usize, usize, f64)]| {
+        let mut m = vec![0.0; d * d];
+        for &(a, b, x) in entries {
+            m[a + d * b] = x;
         }
-    }
-    let tensor = Su2Tensor::from_dense(s, &w)?;
-    let back = tensor.to_dense()?;
-    let err = back
-        .iter()
-        .zip(&w)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max);
-    if err > 1e-12 {
-        return Err(dmrg_error(
-            "the SU(2) Heisenberg MPO",
-            "an invariant dense form",
-            format!("a projection that moves it by {err}"),
-        ));
-    }
-    Ok(tensor)
+        m
+    };
+    let (c_up, c_dn) = (
+        op(&[(0, 2, 1.0), (3, 1, 1.0)]),
+        op(&[(0, 3, 1.0), (2, 1, -1.0)]),
+    );
+    let transpose = |m: &[f64]| op(&(0..d * d).map(|k| (k / d, k % d, m[k])).collect::<Vec<_>>());
+    let (cd_up, cd_dn) = (transpose(&c_up), transpose(&c_dn));
+    let parity = [1.0, 1.0, -1.0, -1.0];
+    // P A (rows signed) and A P (columns signed).
+    let p_left = |m: &[f64]| (0..d * d).map(|k| parity[k % d] * m[k]).collect::<Vec<_>>();
+    let p_right = |m: &[f64]| (0..d * d).map(|k| parity[k / d] * m[k]).collect::<Vec<_>>();
+    let double = op(&[(1, 1, 1.0)]);
+    let mut w = DenseMpo::new(d, 6);
+    w.set(0, 0, &identity(d), 1.0);
+    w.set(1, 1, &identity(d), 1.0);
+    w.set(0, 1, &double, u);
+    // Charge -1 (dense 2, 3): P c, closed by c+.
+    w.set(0, 2, &p_left(&c_dn), 1.0);
+    w.set(0, 3, &p_left(&c_up), -1.0);
+    w.set(2, 1, &cd_dn, -t);
+    w.set(3, 1, &cd_up, t);
+    // Charge +1 (dense 4, 5): c+ P, closed by c.
+    w.set(0, 4, &p_right(&cd_up), 1.0);
+    w.set(0, 5, &p_right(&cd_dn), 1.0);
+    w.set(4, 1, &c_up, -t);
+    w.set(5, 1, &c_dn, -t);
+    let bond = Su2Leg::with_charges(Direction::In, [((0, 0), 2), ((1, -1), 1), ((1, 1), 1)])
+        .expect("valid sectors");
+    (w.w, bond)
 }
 
 /// An end environment selecting MPO channel `channel` (0: start, 1: done), the identity on
-/// the end bond of spin `two_j / 2` (legs `[x, w, y]` with the given directions; `x` and
-/// `y` the bond and its dual).
-fn boundary(channel: usize, two_j: u32, dirs: [Direction; 3]) -> Result<Su2Tensor<f64>> {
-    let end = |d| Su2Leg::new(d, [(two_j, 1)]);
-    let s = Su2Structure::new(vec![end(dirs[0])?, mpo_bond(dirs[1])?, end(dirs[2])?], 1)?;
-    let d = two_j as usize + 1;
-    let mut dense = vec![0.0; d * 5 * d];
+/// the end bond of sector `end` (legs `[x, w, y]` with the given directions; `x` and `y` the
+/// bond and its dual).
+fn boundary(
+    chain: &Chain,
+    channel: usize,
+    end: Sector,
+    dirs: [Direction; 3],
+) -> Result<Su2Tensor<f64>> {
+    let leg = |d| Su2Leg::with_charges(d, [(end, 1)]);
+    let w = match dirs[1] {
+        Direction::In => chain.mpo_bond.clone(),
+        Direction::Out => chain.mpo_bond.dual(),
+    };
+    let k = w.dim();
+    let s = Su2Structure::new(vec![leg(dirs[0])?, w, leg(dirs[2])?], 1)?;
+    let d = end.0 as usize + 1;
+    let mut dense = vec![0.0; d * k * d];
     for m in 0..d {
-        dense[m + d * (channel + 5 * m)] = 1.0;
+        dense[m + d * (channel + k * m)] = 1.0;
     }
     Ok(Su2Tensor::from_dense(s, &dense)?)
 }
 
-/// The spins of bond `i` of the initial state of `sites` spins `two_s / 2` of total spin
-/// `total / 2`: those the sites on the left can couple to (from spin 0) and the sites on the
-/// right can couple to `total` with, up to `2 s` (or the least of them, if larger). The two-site
-/// updates grow the larger spins the state needs, as the U(1) engine grows its bonds from a
-/// product state; starting with every reachable spin would make the first sweep pay for
-/// multiplets (and their recouplings) that truncation drops at once.
-fn bond_spins(i: usize, sites: usize, two_s: u32, total: u32) -> Vec<u32> {
-    let left = i as u32 * two_s;
-    let right = (sites - i) as u32 * two_s;
-    let reachable: Vec<u32> = (0..=left)
-        .filter(|&j| (left - j).is_multiple_of(2) && j.abs_diff(total) <= right)
-        .collect();
-    let least = reachable.first().copied().unwrap_or(0);
-    reachable
-        .into_iter()
-        .filter(|&j| j <= least.max(2 * two_s))
+/// The sectors of every bond of the initial state (bond `i` left of site `i`): those the
+/// sites on the left can couple to from `(0, 0)` and the sites on the right can couple to
+/// the target with. Of those, the charges nearest the target's even share (within one) and
+/// the spins up to twice the largest site spin (or the least of them, if larger): the
+/// two-site updates grow the sectors the state needs, as the U(1) engine grows its bonds
+/// from a product state; starting with every reachable sector would make the first sweep
+/// pay for multiplets (and their recouplings) that truncation drops at once.
+fn bond_sectors(chain: &Chain, sites: usize) -> Vec<Vec<Sector>> {
+    let site = chain.site_sectors();
+    let fuse = |a: Sector, b: Sector, sign: i32| {
+        let (lo, hi) = (a.0.abs_diff(b.0), a.0 + b.0);
+        (lo..=hi).step_by(2).map(move |j| (j, a.1 + sign * b.1))
+    };
+    let mut left = vec![BTreeSet::from([(0, 0)])];
+    for i in 0..sites {
+        let next = left[i]
+            .iter()
+            .flat_map(|&a| site.iter().flat_map(move |&b| fuse(a, b, 1)))
+            .collect();
+        left.push(next);
+    }
+    let mut right = vec![BTreeSet::new(); sites + 1];
+    right[sites].insert(chain.target);
+    for i in (0..sites).rev() {
+        right[i] = right[i + 1]
+            .iter()
+            .flat_map(|&a| site.iter().flat_map(move |&b| fuse(a, b, -1)))
+            .collect();
+    }
+    let widest = site.iter().map(|s| s.0).max().unwrap_or(0);
+    let (n, total) = (sites as i64, i64::from(chain.target.1));
+    (0..=sites)
+        .map(|i| {
+            let allowed: Vec<Sector> = left[i].intersection(&right[i]).copied().collect();
+            // |q - total i / n|, in units of 1 / n.
+            let off = |q: i32| (i64::from(q) * n - total * i as i64).abs();
+            let best = allowed.iter().map(|s| off(s.1)).min().unwrap_or(0);
+            let near: Vec<Sector> = allowed
+                .into_iter()
+                .filter(|s| off(s.1) <= best + n)
+                .collect();
+            near.iter()
+                .copied()
+                .filter(|&(j, q)| {
+                    let least = near.iter().filter(|s| s.1 == q).map(|s| s.0).min();
+                    j <= least.unwrap_or(0).max(2 * widest)
+                })
+                .collect()
+        })
         .collect()
 }
 
@@ -331,39 +598,30 @@ fn lowest(
     Ok((best.0, from_vector(&s, &g)?))
 }
 
-/// The ground state of the open spin-`s` Heisenberg chain `J sum S_i . S_(i+1)` by two-site
-/// DMRG with SU(2) symmetry: the lowest state of total spin `total_two_s / 2`.
+/// The ground state of a chain by two-site DMRG with SU(2) symmetry (SU(2) x U(1) for
+/// Hubbard): the lowest state of total spin `total_two_s / 2` (and, for Hubbard, of the
+/// given electron number).
 ///
 /// ```
-/// use tessera_mps::su2::{Su2Dmrg, heisenberg_su2};
+/// use tessera_mps::su2::{Su2Dmrg, dmrg_su2};
 ///
 /// let mut run = Su2Dmrg::new(6, 1, 20);
 /// run.sweeps = 2;
-/// let g = heisenberg_su2(&run)?;
+/// let g = dmrg_su2(&run)?;
 /// assert!((g.energy - -2.493577133887926).abs() < 1e-10); // exact, L = 6
 /// # Ok::<(), tessera_mps::Error>(())
 /// ```
 ///
 /// # Errors
 ///
-/// [`Error::Dmrg`] for fewer than two sites, `two_s = 0`, a total spin the chain cannot
-/// couple to (above `sites * s`, or of the wrong parity), `max_states`, `sweeps` or
-/// `lanczos_iter` of 0, or a `lanczos_tol` that is not finite and positive; the errors of
-/// the contractions and factorizations.
-pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
+/// [`Error::Dmrg`] for fewer than two sites, a Heisenberg spin `two_s = 0`, more than two
+/// electrons a site, a total spin the chain cannot couple to (too large, or of the wrong
+/// parity), a coupling that is not finite, `max_states`, `sweeps` or `lanczos_iter` of 0,
+/// or a `lanczos_tol` that is not finite and positive; the errors of the contractions and
+/// factorizations.
+pub fn dmrg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
     let n = run.sites;
-    let most = u32::try_from(n)
-        .ok()
-        .and_then(|n| n.checked_mul(run.two_s))
-        .unwrap_or(u32::MAX);
-    let (total, parity) = (run.total_two_s, most.checked_sub(run.total_two_s));
-    if n < 2 || run.two_s == 0 || parity.is_none_or(|p| !p.is_multiple_of(2)) {
-        return Err(dmrg_error(
-            "the SU(2) Heisenberg chain",
-            "at least two sites of spin s > 0 that couple to the total spin",
-            format!("{n} sites of 2s = {} and a total 2S = {total}", run.two_s),
-        ));
-    }
+    let chain = Chain::of(run)?;
     for (what, bad, found) in [
         (
             "max_states",
@@ -389,16 +647,10 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
         ));
     }
     let mut clock = std::time::Instant::now();
-    let w = mpo(run.two_s, run.j)?;
-    let p = Su2Leg::new(Direction::In, [(run.two_s, 1)])?;
-    let bond = |i: usize, d| {
-        Su2Leg::new(
-            d,
-            bond_spins(i, n, run.two_s, total)
-                .into_iter()
-                .map(|j| (j, 1)),
-        )
-    };
+    let w = &chain.w;
+    let p = &chain.site;
+    let sectors = bond_sectors(&chain, n);
+    let bond = |i: usize, d| Su2Leg::with_charges(d, sectors[i].iter().map(|&s| (s, 1)));
     // A random state, then right-canonical from the right end.
     let mut m: Vec<Su2Tensor<f64>> = (0..n)
         .map(|i| {
@@ -420,18 +672,24 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
         m[i - 1] = contract_su2("lpr,rb->lp|b", &m[i - 1], &us)?;
         m[i] = f.vt;
     }
-    let l0 = boundary(0, 0, [Direction::In, Direction::Out, Direction::Out])?;
-    let rn = boundary(1, total, [Direction::In, Direction::In, Direction::Out])?;
+    let l0 = boundary(
+        &chain,
+        0,
+        (0, 0),
+        [Direction::In, Direction::Out, Direction::Out],
+    )?;
+    let rn = boundary(
+        &chain,
+        1,
+        chain.target,
+        [Direction::In, Direction::In, Direction::Out],
+    )?;
     let mut left: Vec<Option<Su2Tensor<f64>>> = (0..=n).map(|_| None).collect();
     let mut right: Vec<Option<Su2Tensor<f64>>> = (0..=n).map(|_| None).collect();
     left[0] = Some(l0);
     right[n] = Some(rn);
     for i in (2..n).rev() {
-        right[i] = Some(grow_right(
-            right[i + 1].as_ref().expect("built"),
-            &m[i],
-            &w,
-        )?);
+        right[i] = Some(grow_right(right[i + 1].as_ref().expect("built"), &m[i], w)?);
     }
     let mut out = Su2Ground {
         energy: f64::NAN,
@@ -447,17 +705,17 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
         // Left to right: the centre moves from site 0 to site n - 1.
         for i in 0..n - 1 {
             let envs = (&left[i], &right[i + 2]);
-            let (e, f) = solve_pair(&m[i], &m[i + 1], envs, &w, run, &mut out)?;
+            let (e, f) = solve_pair(&m[i], &m[i + 1], envs, w, run, &mut out)?;
             energy = e;
             let svt = f.s.scale_rows(f.vt.data())?;
             m[i + 1] = Su2Tensor::from_data(Arc::clone(f.vt.structure()), svt)?;
             m[i] = f.u;
-            left[i + 1] = Some(grow_left(left[i].as_ref().expect("built"), &m[i], &w)?);
+            left[i + 1] = Some(grow_left(left[i].as_ref().expect("built"), &m[i], w)?);
         }
         // Right to left: back to site 0.
         for i in (0..n - 1).rev() {
             let envs = (&left[i], &right[i + 2]);
-            let (e, f) = solve_pair(&m[i], &m[i + 1], envs, &w, run, &mut out)?;
+            let (e, f) = solve_pair(&m[i], &m[i + 1], envs, w, run, &mut out)?;
             energy = e;
             let us = f.s.scale_columns(f.u.data())?;
             m[i] = Su2Tensor::from_data(Arc::clone(f.u.structure()), us)?;
@@ -465,7 +723,7 @@ pub fn heisenberg_su2(run: &Su2Dmrg) -> Result<Su2Ground> {
             right[i + 1] = Some(grow_right(
                 right[i + 2].as_ref().expect("built"),
                 &m[i + 1],
-                &w,
+                w,
             )?);
         }
         out.energies.push(energy);

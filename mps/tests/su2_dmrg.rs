@@ -6,7 +6,7 @@ use tessera_core::Runtime;
 use tessera_mps::dmrg::{Dmrg, Settings};
 use tessera_mps::exact;
 use tessera_mps::models::{ChainModel, Model, ModelVisitor};
-use tessera_mps::su2::{Su2Dmrg, heisenberg_su2};
+use tessera_mps::su2::{Su2Dmrg, dmrg_su2};
 
 /// The exact ground energy of a model, and the U(1) engine's at `chi` states.
 struct Reference {
@@ -38,7 +38,7 @@ fn check(spec: &str, sites: usize, two_s: u32, states: usize) {
         seed: 7,
         ..Su2Dmrg::new(sites, two_s, states)
     };
-    let su2 = heisenberg_su2(&run).unwrap();
+    let su2 = dmrg_su2(&run).unwrap();
     assert!(
         (su2.energy - exact).abs() < 1e-9,
         "{spec}: SU(2) DMRG {:.14}, exact {exact:.14}",
@@ -86,7 +86,7 @@ fn check_spin(spec: &str, sites: usize, two_s: u32, total: u32) -> f64 {
         sweeps: 6,
         ..Su2Dmrg::new(sites, two_s, 200)
     };
-    let e = heisenberg_su2(&run).unwrap().energy;
+    let e = dmrg_su2(&run).unwrap().energy;
     assert!(
         (e - exact).abs() < 1e-9,
         "{spec}, 2S = {total}: SU(2) DMRG {e:.14}, exact {exact:.14}"
@@ -143,7 +143,130 @@ fn misuse_is_refused() {
         });
     }
     for run in &runs {
-        let e = heisenberg_su2(run).unwrap_err();
+        let e = dmrg_su2(run).unwrap_err();
         assert!(matches!(e, tessera_mps::Error::Dmrg { .. }), "{run:?}: {e}");
+    }
+}
+
+/// The SU(2) x U(1) Hubbard DMRG of `run` against exact diagonalisation of `spec` (the same
+/// chain, in the sector `S_z = S`, whose lowest state has total spin `S` on these chains).
+fn check_hubbard(spec: &str, run: Su2Dmrg) -> tessera_mps::su2::Su2Ground {
+    struct Exact;
+    impl ModelVisitor for Exact {
+        type Output = f64;
+        fn visit<M: ChainModel>(self, model: &M) -> f64 {
+            exact::ground_energy(&model.terms().unwrap(), &model.sector()).unwrap()
+        }
+    }
+    let exact = Model::parse(spec).unwrap().visit(Exact);
+    let g = dmrg_su2(&run).unwrap();
+    assert!(
+        (g.energy - exact).abs() < 1e-9,
+        "{spec}, 2S = {}: SU(2) x U(1) DMRG {:.14}, exact {exact:.14}",
+        run.total_two_s,
+        g.energy
+    );
+    g
+}
+
+#[test]
+fn hubbard_chains_match_exact_in_every_spin_and_filling() {
+    let run = |sites, u, electrons| Su2Dmrg {
+        sweeps: 6,
+        seed: 3,
+        ..Su2Dmrg::hubbard(sites, 1.0, u, electrons, 200)
+    };
+    // Half filling, the singlet and the triplet.
+    let g = check_hubbard("hubbard:L=6,U=4", run(6, 4.0, 6));
+    assert!(g.max_multiplets < g.max_states, "{g:?}");
+    check_hubbard(
+        "hubbard:L=6,U=4,Sz=1",
+        Su2Dmrg {
+            total_two_s: 2,
+            ..run(6, 4.0, 6)
+        },
+    );
+    // An odd electron number (a doublet), and a doped chain.
+    check_hubbard("hubbard:L=5,U=8", run(5, 8.0, 5));
+    check_hubbard("hubbard:L=6,U=2,filling=0.5", run(6, 2.0, 3));
+    check_hubbard(
+        "hubbard:L=6,U=4,filling=1.5,Sz=1.5",
+        Su2Dmrg {
+            total_two_s: 3,
+            ..run(6, 4.0, 9)
+        },
+    );
+}
+
+#[test]
+fn hubbard_matches_the_u1_x_u1_engine_and_free_electrons() {
+    // L = 10 at half filling, U = 4: both engines at 128 states.
+    let (_, u1) = Model::parse("hubbard:L=10,U=4")
+        .unwrap()
+        .visit(Reference { chi: 128 });
+    let g = dmrg_su2(&Su2Dmrg {
+        sweeps: 6,
+        ..Su2Dmrg::hubbard(10, 1.0, 4.0, 10, 128)
+    })
+    .unwrap();
+    assert!(
+        (g.energy - u1).abs() < 1e-8,
+        "SU(2) x U(1) {:.14}, U(1) x U(1) {u1:.14}",
+        g.energy
+    );
+    // U = 0 at 32 sites and 4 electrons: twice the two lowest single-particle levels.
+    let g = dmrg_su2(&Su2Dmrg {
+        sweeps: 4,
+        ..Su2Dmrg::hubbard(32, 1.0, 0.0, 4, 64)
+    })
+    .unwrap();
+    let level = |k: f64| -2.0 * (std::f64::consts::PI * k / 33.0).cos();
+    let want = 2.0 * (level(1.0) + level(2.0));
+    assert!(
+        (g.energy - want).abs() < 1e-9,
+        "{:.14} vs {want:.14}",
+        g.energy
+    );
+}
+
+#[test]
+fn hubbard_misuse_is_refused() {
+    let good = Su2Dmrg::hubbard(4, 1.0, 4.0, 4, 16);
+    let runs = [
+        // More than two electrons a site.
+        Su2Dmrg::hubbard(4, 1.0, 4.0, 9, 16),
+        // A total spin of the wrong parity, or above what 4 electrons (or 4 holes) reach.
+        Su2Dmrg {
+            total_two_s: 1,
+            ..good.clone()
+        },
+        Su2Dmrg {
+            total_two_s: 6,
+            ..good.clone()
+        },
+        Su2Dmrg {
+            total_two_s: 4,
+            ..Su2Dmrg::hubbard(4, 1.0, 4.0, 6, 16)
+        },
+        Su2Dmrg::hubbard(4, f64::NAN, 4.0, 4, 16),
+        Su2Dmrg::hubbard(4, 1.0, f64::INFINITY, 4, 16),
+        Su2Dmrg::hubbard(1, 1.0, 4.0, 2, 16),
+    ];
+    for run in &runs {
+        let e = dmrg_su2(run).unwrap_err();
+        assert!(matches!(e, tessera_mps::Error::Dmrg { .. }), "{run:?}: {e}");
+    }
+    // The edges are allowed: empty, full, and every spin up.
+    for (electrons, total_two_s, want) in [(0, 0, 0.0), (8, 0, 16.0), (4, 4, 0.0)] {
+        let g = dmrg_su2(&Su2Dmrg {
+            total_two_s,
+            ..Su2Dmrg::hubbard(4, 1.0, 4.0, electrons, 16)
+        })
+        .unwrap();
+        assert!(
+            (g.energy - want).abs() < 1e-12,
+            "N = {electrons}: {}",
+            g.energy
+        );
     }
 }

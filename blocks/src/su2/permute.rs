@@ -15,9 +15,8 @@
 //!   permutation of thousands of tiny blocks is a few dozen tasks, not thousands.
 
 use super::recouple::{Recoupling, RecouplingKey};
-use super::structure::{Su2Leg, Su2Structure};
+use super::structure::{Su2Label, Su2Leg, Su2Structure};
 use crate::error::Error;
-use crate::sector::U1;
 use crate::tensor::AsyncArray;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -232,8 +231,8 @@ impl PermutePlan {
     /// Allocation errors; [`Error::UnknownBlock`] when `data` is not over the old structure.
     pub(crate) fn apply<T: Scalar<Real = f64>>(
         self: &Arc<Self>,
-        data: &AsyncArray<T, U1>,
-    ) -> Result<AsyncArray<T, U1>, Error> {
+        data: &AsyncArray<T, Su2Label>,
+    ) -> Result<AsyncArray<T, Su2Label>, Error> {
         let out = AsyncArray::try_empty(Arc::clone(self.target.matrix()))?;
         let mut work = Vec::with_capacity(self.tasks.len());
         for task in &self.tasks {

@@ -1,11 +1,13 @@
 //! SU(2)-symmetric structures: legs of spin multiplets, and the reduced blocks of a tensor
 //! map keyed by a coupled spin and a pair of trees.
 //!
-//! Owns: [`Su2Leg`] (spins with their multiplicities, and a direction), [`Coupling`] (a tuple
-//! of leg segments coupled through one tree: a row or column of the reduced matrices),
-//! [`Su2Structure`] (the legs, the split into codomain and domain, and the reduced blocks as
-//! an abelian matrix structure) and [`local_basis`] (the tree pairs of one segment tuple, in
-//! the order its blocks and the recoupling transformers share). Invariants:
+//! Owns: [`Su2Leg`] (spins, each with an abelian `U(1)` charge and a multiplicity, and a
+//! direction), [`Coupling`] (a tuple of leg segments coupled through one tree: a row or
+//! column of the reduced matrices), [`Su2Structure`] (the legs, the split into codomain and
+//! domain, and the reduced blocks as an abelian matrix structure), [`Su2Label`] (the label of
+//! a reduced matrix: coupled spin and charge) and [`local_basis`] (the tree pairs of one
+//! segment tuple, in the order its blocks and the recoupling transformers share).
+//! Invariants:
 //!
 //! - A structure stores only reduced blocks: one per coupled spin `c` and pair (splitting tree
 //!   of the codomain segments to `c`, fusion tree of the domain segments from `c`), each a
@@ -14,10 +16,14 @@
 //!   holds.
 //! - Those blocks are the blocks of [`Su2Structure::matrix`]: an abelian structure of one
 //!   codomain and one domain leg whose segments are the [`Coupling`]s of either side,
-//!   labelled `U1(2c)`, so that the blocks of coupled spin `c` tile one matrix (the abelian
-//!   sector-major layout) in one allocation with one hazard record per block, and the
-//!   runtime, GEMM planning and per-sector factorizations of abelian tensors apply as they
-//!   are.
+//!   labelled [`Su2Label`] `(2c, charge)`, so that the blocks of one coupled spin and charge
+//!   tile one matrix (the abelian sector-major layout) in one allocation with one hazard
+//!   record per block, and the runtime, GEMM planning and per-sector factorizations of
+//!   abelian tensors apply as they are.
+//! - Charges (SU(2) x U(1), for Hubbard-type models) only add: a segment tuple either
+//!   conserves charge (the `In` legs' charges minus the `Out` legs' sum to zero) and has all
+//!   the blocks its spins allow, or has none. Trees, recouplings and permutation moves depend
+//!   on the spins alone, and a permutation maps a conserving tuple to a conserving one.
 //! - The blocks of one segment tuple (a [`Group`]) are listed in [`local_basis`] order; a leg
 //!   permutation maps each group to the group of the permuted tuple by one fixed matrix.
 
@@ -25,20 +31,26 @@ use super::SU2;
 use super::tree::FusionTree;
 use crate::error::Error;
 use crate::leg::{Direction, Leg};
-use crate::sector::{Sector, U1};
+use crate::sector::{Product, Sector, U1};
 use crate::structure::BlockStructure;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use tessera_core::LruCache;
 
-/// A leg of an SU(2)-symmetric tensor: spins `two_j` (twice the spin, increasing), each with
-/// its multiplicity, and a direction: an [`In`](Direction::In) leg is a space `V` (a ket), an
-/// [`Out`](Direction::Out) leg its dual (a bra), as on abelian legs. A contraction pairs an
-/// `In` leg with an `Out` leg.
+/// The label of a reduced matrix: the coupled spin `U1(2c)` and the coupled charge
+/// `U1(q)` (0 on legs without charges). The matrix forms of SU(2) tensors are abelian
+/// tensors over it.
+pub type Su2Label = Product<U1, U1>;
+
+/// A leg of an SU(2)-symmetric tensor: spins `two_j` (twice the spin), each with a `U(1)`
+/// charge (0 unless given: SU(2) x U(1) for Hubbard-type models, the charge an electron
+/// number) and a multiplicity, and a direction: an [`In`](Direction::In) leg is a space `V`
+/// (a ket), an [`Out`](Direction::Out) leg its dual (a bra), as on abelian legs, and an
+/// `Out` leg's charges count negatively. A contraction pairs an `In` leg with an `Out` leg.
 ///
 /// Its dense dimension is `sum (2j + 1) * multiplicity`; in the dense index, the sectors come
-/// in increasing spin, the copies of a multiplet one after another, and within a copy `m`
-/// runs `j, j - 1, ..., -j`.
+/// in increasing (spin, charge), the copies of a multiplet one after another, and within a
+/// copy `m` runs `j, j - 1, ..., -j`.
 ///
 /// ```
 /// use tessera_blocks::Direction;
@@ -48,16 +60,24 @@ use tessera_core::LruCache;
 /// let leg = Su2Leg::new(Direction::In, [(2, 1), (0, 2)])?;
 /// assert_eq!(leg.sectors(), &[(0, 2), (2, 1)]);
 /// assert_eq!((leg.dim(), leg.reduced_dim()), (5, 3));
+///
+/// // A Hubbard site: empty (spin 0, no electron), one electron (spin 1/2), two (spin 0).
+/// let site = Su2Leg::with_charges(Direction::In, [((0, 0), 1), ((1, 1), 1), ((0, 2), 1)])?;
+/// assert_eq!(site.sectors(), &[(0, 1), (0, 1), (1, 1)]);
+/// assert_eq!(site.charges(), &[0, 2, 1]);
+/// assert_eq!(site.dim(), 4);
 /// # Ok::<(), tessera_blocks::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Su2Leg {
     direction: Direction,
     sectors: Vec<(u32, usize)>,
+    /// The charge of each sector (all 0 for a leg of spins alone).
+    charges: Vec<i32>,
 }
 
 impl Su2Leg {
-    /// A leg of the given spins (`(two_j, multiplicity)`, in any order).
+    /// A leg of the given spins (`(two_j, multiplicity)`, in any order), of charge 0.
     ///
     /// # Errors
     ///
@@ -67,7 +87,21 @@ impl Su2Leg {
         direction: Direction,
         sectors: impl IntoIterator<Item = (u32, usize)>,
     ) -> Result<Self, Error> {
-        let given: Vec<(u32, usize)> = sectors.into_iter().collect();
+        Self::with_charges(direction, sectors.into_iter().map(|(j, d)| ((j, 0), d)))
+    }
+
+    /// A leg of the given spins and charges (`((two_j, charge), multiplicity)`, in any
+    /// order): an SU(2) x U(1) leg.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroDimension`] for a multiplicity of 0, [`Error::RepeatedSector`] for a
+    /// (spin, charge) given twice.
+    pub fn with_charges(
+        direction: Direction,
+        sectors: impl IntoIterator<Item = ((u32, i32), usize)>,
+    ) -> Result<Self, Error> {
+        let given: Vec<((u32, i32), usize)> = sectors.into_iter().collect();
         if let Some(segment) = given.iter().position(|&(_, d)| d == 0) {
             return Err(Error::ZeroDimension { segment });
         }
@@ -76,7 +110,7 @@ impl Su2Leg {
         for w in order.windows(2) {
             if given[w[0]].0 == given[w[1]].0 {
                 return Err(Error::RepeatedSector {
-                    sector: format!("2j = {}", given[w[0]].0),
+                    sector: sector_name(given[w[0]].0),
                     first: w[0].min(w[1]),
                     second: w[0].max(w[1]),
                 });
@@ -84,7 +118,8 @@ impl Su2Leg {
         }
         Ok(Self {
             direction,
-            sectors: order.into_iter().map(|i| given[i]).collect(),
+            sectors: order.iter().map(|&i| (given[i].0.0, given[i].1)).collect(),
+            charges: order.iter().map(|&i| given[i].0.1).collect(),
         })
     }
 
@@ -93,17 +128,22 @@ impl Su2Leg {
         self.direction
     }
 
-    /// The same spins with the other direction.
+    /// The same spins and charges with the other direction.
     pub fn dual(&self) -> Self {
         Self {
             direction: self.direction.flip(),
-            sectors: self.sectors.clone(),
+            ..self.clone()
         }
     }
 
-    /// The spins (`two_j`, increasing) with their multiplicities.
+    /// The spins (`two_j`) with their multiplicities, in increasing (spin, charge).
     pub fn sectors(&self) -> &[(u32, usize)] {
         &self.sectors
+    }
+
+    /// The charge of each sector, in the order of [`sectors`](Self::sectors).
+    pub fn charges(&self) -> &[i32] {
+        &self.charges
     }
 
     /// The dense dimension: every multiplet with its `2j + 1` states.
@@ -127,9 +167,19 @@ impl Su2Leg {
             .sum()
     }
 
+    /// The charge segment `s` adds to a coupling of the codomain (`-` of it for the
+    /// domain): its charge on an `In` leg, minus it on an `Out` leg.
+    fn signed_charge(&self, s: usize) -> i32 {
+        match self.direction {
+            Direction::In => self.charges[s],
+            Direction::Out => -self.charges[s],
+        }
+    }
+
     /// Checks that `a` and `b` can be contracted, as [`Leg::check_contractible`] does for
-    /// abelian legs: opposite directions, the same number of spins, and the same spin and
-    /// multiplicity segment by segment. The error names the first offending segment.
+    /// abelian legs: opposite directions, the same number of sectors, and the same spin,
+    /// charge and multiplicity segment by segment. The error names the first offending
+    /// segment.
     ///
     /// # Errors
     ///
@@ -147,16 +197,26 @@ impl Su2Leg {
                 right: y.len(),
             });
         }
-        if let Some(segment) = (0..x.len()).find(|&k| x[k] != y[k]) {
+        let differs = |k: usize| x[k] != y[k] || a.charges[k] != b.charges[k];
+        if let Some(segment) = (0..x.len()).find(|&k| differs(k)) {
             return Err(Error::SegmentMismatch {
                 segment,
-                left_sector: format!("2j = {}", x[segment].0),
+                left_sector: sector_name((x[segment].0, a.charges[segment])),
                 left_dim: x[segment].1,
-                right_sector: format!("2j = {}", y[segment].0),
+                right_sector: sector_name((y[segment].0, b.charges[segment])),
                 right_dim: y[segment].1,
             });
         }
         Ok(())
+    }
+}
+
+/// A sector's name in error messages: `2j = 1`, or `2j = 1, q = -1` with a charge.
+fn sector_name((two_j, charge): (u32, i32)) -> String {
+    if charge == 0 {
+        format!("2j = {two_j}")
+    } else {
+        format!("2j = {two_j}, q = {charge}")
     }
 }
 
@@ -166,6 +226,9 @@ impl Su2Leg {
 pub struct Coupling {
     /// The coupled spin (`2c`).
     pub coupled: u32,
+    /// The coupled charge: the sum of the segments' charges, counted negatively on `Out`
+    /// legs of the codomain and on `In` legs of the domain.
+    pub charge: i32,
     /// The segment of each leg of the side.
     pub segments: Vec<usize>,
     /// The tree from the legs' spins to `coupled`.
@@ -174,6 +237,13 @@ pub struct Coupling {
     pub degs: Vec<usize>,
     /// Their product: the rows (or columns) this coupling spans.
     pub dim: usize,
+}
+
+impl Coupling {
+    /// Its label in the matrix form: `(2c, charge)`.
+    pub fn label(&self) -> Su2Label {
+        Product(U1(self.coupled as i32), U1(self.charge))
+    }
 }
 
 /// The spins every coupling of `spins` can reach, increasing (`[0]` for no spins).
@@ -241,11 +311,14 @@ fn trees_of(spins: &[u32]) -> Trees {
     built
 }
 
-/// Every coupling of one side's legs: coupled spin increasing, then segment tuple, then tree.
-fn side(legs: &[Su2Leg]) -> Vec<Coupling> {
-    // Couplings bucketed by coupled spin; tuples come in increasing (lexicographic) order
-    // and trees in increasing order, so each bucket is sorted as it fills.
-    let mut buckets: std::collections::BTreeMap<u32, Vec<Coupling>> = Default::default();
+/// Every coupling of one side's legs (`codomain`: which side): coupled spin and charge
+/// increasing, then segment tuple, then tree.
+fn side(legs: &[Su2Leg], codomain: bool) -> Vec<Coupling> {
+    // Couplings bucketed by (coupled spin, charge); tuples come in increasing
+    // (lexicographic) order and trees in increasing order, so each bucket is sorted as it
+    // fills.
+    let mut buckets: std::collections::BTreeMap<(u32, i32), Vec<Coupling>> = Default::default();
+    let sign = if codomain { 1 } else { -1 };
     let n = legs.len();
     let mut segments = vec![0_usize; n];
     if legs.iter().any(|l| l.sectors.is_empty()) {
@@ -263,11 +336,18 @@ fn side(legs: &[Su2Leg]) -> Vec<Coupling> {
             .map(|(&s, l)| l.sectors[s].1)
             .collect();
         let dim = degs.iter().product();
+        let charge = sign
+            * segments
+                .iter()
+                .zip(legs)
+                .map(|(&s, l)| l.signed_charge(s))
+                .sum::<i32>();
         for (c, trees) in trees_of(&spins).iter() {
-            let bucket = buckets.entry(*c).or_default();
+            let bucket = buckets.entry((*c, charge)).or_default();
             for tree in trees {
                 bucket.push(Coupling {
                     coupled: *c,
+                    charge,
                     segments: segments.clone(),
                     tree: tree.clone(),
                     degs: degs.clone(),
@@ -325,7 +405,7 @@ pub struct Su2Structure {
     n_codomain: usize,
     rows: Vec<Coupling>,
     cols: Vec<Coupling>,
-    matrix: Arc<BlockStructure<U1>>,
+    matrix: Arc<BlockStructure<Su2Label>>,
     groups: Vec<Group>,
     group_of: HashMap<Vec<usize>, usize>,
 }
@@ -350,23 +430,25 @@ impl Su2Structure {
                 legs: legs.len(),
             });
         }
-        let rows = side(&legs[..n_codomain]);
-        let cols = side(&legs[n_codomain..]);
-        let label = |c: &Coupling| (U1(c.coupled as i32), c.dim);
+        let rows = side(&legs[..n_codomain], true);
+        let cols = side(&legs[n_codomain..], false);
+        let label = |c: &Coupling| (c.label(), c.dim);
         let matrix = BlockStructure::new(
             [Leg::tiled(Direction::In, rows.iter().map(label))?],
             [Leg::tiled(Direction::Out, cols.iter().map(label))?],
-            U1(0),
+            Product(U1(0), U1(0)),
         )?;
         let mut by_tuple: HashMap<Vec<usize>, Vec<(&Coupling, &Coupling, usize)>> = HashMap::new();
-        // Rows and columns are sorted by coupled spin: pair the runs of equal spin only.
+        // Rows and columns are sorted by (coupled spin, charge): pair the runs of equal
+        // label only.
         let mut k0 = 0;
         for (r, row) in rows.iter().enumerate() {
-            while k0 < cols.len() && cols[k0].coupled < row.coupled {
+            let key = (row.coupled, row.charge);
+            while k0 < cols.len() && (cols[k0].coupled, cols[k0].charge) < key {
                 k0 += 1;
             }
             for (k, col) in cols.iter().enumerate().skip(k0) {
-                if col.coupled != row.coupled {
+                if (col.coupled, col.charge) != key {
                     break;
                 }
                 let id = matrix
@@ -465,7 +547,7 @@ impl Su2Structure {
     }
 
     /// The reduced blocks as an abelian matrix structure (module docs).
-    pub fn matrix(&self) -> &Arc<BlockStructure<U1>> {
+    pub fn matrix(&self) -> &Arc<BlockStructure<Su2Label>> {
         &self.matrix
     }
 
@@ -533,7 +615,12 @@ impl Su2Structure {
             } else {
                 "Out"
             };
-            let s: Vec<String> = l.sectors.iter().map(|(j, n)| format!("{j}:{n}")).collect();
+            let s: Vec<String> = (l.sectors.iter().zip(&l.charges))
+                .map(|(&(j, n), &q)| match q {
+                    0 => format!("{j}:{n}"),
+                    _ => format!("{j}q{q}:{n}"),
+                })
+                .collect();
             format!("{d}[{}]", s.join(" "))
         };
         let (c, d): (Vec<String>, Vec<String>) = (

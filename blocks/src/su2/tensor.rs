@@ -17,9 +17,8 @@
 
 use super::permute::PermutePlan;
 use super::recouple::{basis_dense, flip_axis};
-use super::structure::{Su2Leg, Su2Structure, local_basis};
+use super::structure::{Su2Label, Su2Leg, Su2Structure, local_basis};
 use crate::error::Error;
-use crate::sector::U1;
 use crate::tensor::AsyncArray;
 use std::sync::Arc;
 use tessera_backends::Scalar;
@@ -45,7 +44,7 @@ use tessera_backends::Scalar;
 /// ```
 pub struct Su2Tensor<T: Scalar> {
     structure: Arc<Su2Structure>,
-    data: AsyncArray<T, U1>,
+    data: AsyncArray<T, Su2Label>,
 }
 
 impl<T: Scalar> std::fmt::Debug for Su2Tensor<T> {
@@ -92,10 +91,10 @@ impl<T: Scalar<Real = f64>> Su2Tensor<T> {
     /// [`Error::StructureMismatch`] when `data` is not over the structure's matrix form.
     pub fn from_data(
         structure: impl Into<Arc<Su2Structure>>,
-        data: AsyncArray<T, U1>,
+        data: AsyncArray<T, Su2Label>,
     ) -> Result<Self, Error> {
         let structure = structure.into();
-        let given: &crate::structure::BlockStructure<U1> = data.structure();
+        let given: &crate::structure::BlockStructure<Su2Label> = data.structure();
         if given != structure.matrix().as_ref() {
             return Err(Error::StructureMismatch {
                 expected: structure.matrix().summary(),
@@ -111,14 +110,14 @@ impl<T: Scalar<Real = f64>> Su2Tensor<T> {
     }
 
     /// The reduced data: an abelian tensor over the structure's matrix form, whose blocks are
-    /// the reduced blocks (and whose coupled sector `U1(2c)` is the reduced matrix of spin
-    /// `c`).
-    pub fn data(&self) -> &AsyncArray<T, U1> {
+    /// the reduced blocks (and whose coupled sector [`Su2Label`] `(2c, q)` is the reduced
+    /// matrix of spin `c` and charge `q`).
+    pub fn data(&self) -> &AsyncArray<T, Su2Label> {
         &self.data
     }
 
     /// The reduced data, by value.
-    pub fn into_data(self) -> AsyncArray<T, U1> {
+    pub fn into_data(self) -> AsyncArray<T, Su2Label> {
         self.data
     }
 
