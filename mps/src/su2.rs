@@ -19,11 +19,12 @@
 
 use crate::Result;
 use crate::error::Error;
+use crate::sites::Site;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use tessera_blocks::AsyncArray;
 use tessera_blocks::Direction;
 use tessera_blocks::su2::{Su2Leg, Su2Structure, Su2Tensor};
+use tessera_blocks::{AsyncArray, Sector as _};
 use tessera_coalesce::{Truncation, svd_su2};
 use tessera_contract::contract_su2;
 
@@ -162,7 +163,7 @@ impl Chain {
     fn of(run: &Su2Dmrg) -> Result<Self> {
         let n = run.sites;
         let total = run.total_two_s;
-        match run.model {
+        let (site, (dense, mpo_bond), target, what) = match run.model {
             Su2Model::Heisenberg { two_s, j } => {
                 let most = u32::try_from(n)
                     .ok()
@@ -177,15 +178,12 @@ impl Chain {
                     ));
                 }
                 finite("J", j)?;
-                let (dense, mpo_bond) = heisenberg_mpo(two_s, j);
-                let site = Su2Leg::new(Direction::In, [(two_s, 1)])?;
-                let w = invariant_mpo(&site, &mpo_bond, &dense, "the SU(2) Heisenberg MPO")?;
-                Ok(Self {
-                    site,
-                    w,
-                    mpo_bond,
-                    target: (total, 0),
-                })
+                (
+                    Su2Leg::new(Direction::In, [(two_s, 1)])?,
+                    heisenberg_mpo(two_s, j),
+                    (total, 0),
+                    "the SU(2) Heisenberg MPO",
+                )
             }
             Su2Model::Hubbard { t, u, electrons } => {
                 // At most min(N, 2L - N) electrons are unpaired.
@@ -204,18 +202,21 @@ impl Chain {
                 }
                 finite("t", t)?;
                 finite("U", u)?;
-                let (dense, mpo_bond) = hubbard_mpo(t, u);
-                let site =
-                    Su2Leg::with_charges(Direction::In, [((0, 0), 1), ((1, 1), 1), ((0, 2), 1)])?;
-                let w = invariant_mpo(&site, &mpo_bond, &dense, "the SU(2) Hubbard MPO")?;
-                Ok(Self {
-                    site,
-                    w,
-                    mpo_bond,
-                    target: (total, electrons as i32),
-                })
+                (
+                    Su2Leg::with_charges(Direction::In, [((0, 0), 1), ((1, 1), 1), ((0, 2), 1)])?,
+                    hubbard_mpo(t, u)?,
+                    (total, electrons as i32),
+                    "the SU(2) Hubbard MPO",
+                )
             }
-        }
+        };
+        let w = invariant_mpo(&site, &mpo_bond, &dense, what)?;
+        Ok(Self {
+            site,
+            w,
+            mpo_bond,
+            target,
+        })
     }
 
     /// The sectors of a site, with multiplicity.
@@ -342,49 +343,59 @@ fn heisenberg_mpo(two_s: u32, j: f64) -> (Vec<f64>, Su2Leg) {
     (w.w, bond)
 }
 
-/// The dense Hubbard MPO and its bond. The site's dense basis is `|0>`, `|up dn> =
-/// c+_up c+_dn |0>` (the singlets of charge 0 and 2), `|up>`, `|dn>` (the doublet). The
+/// The dense Hubbard MPO and its bond, from the operators of [`Site::electron`] (the U(1)
+/// engine's electron, `|up dn> = c+_up c+_dn |0>`), taken to the SU(2) site's dense order:
+/// `|0>`, `|up dn>` (the singlets of charge 0 and 2), `|up>`, `|dn>` (the doublet). The
 /// bond: start, done (charge 0), the spinor `P c` (charge -1: `m = 1/2` is `P c_dn`,
 /// `m = -1/2` is `-P c_up`) closed by `c+_dn`, `-c+_up`, and the spinor `c+ P` (charge +1:
 /// `c+_up P`, `c+_dn P`) closed by `c_up`, `c_dn`; each pair times `-t` is a hop, the
 /// parity `P` between them the Jordan-Wigner string.
-fn hubbard_mpo(t: f64, u: f64) -> (Vec<f64>, Su2Leg) {
+fn hubbard_mpo(t: f64, u: f64) -> Result<(Vec<f64>, Su2Leg)> {
     let d = 4;
-    let op = |entries: &[(usize, usize, f64)]| {
-        let mut m = vec![0.0; d * d];
-        for &(a, b, x) in entries {
-            m[a + d * b] = x;
-        }
-        m
+    let electron = Site::electron();
+    // SU(2) dense state `a` is the electron's state `order[a]`.
+    let order = [0, 3, 1, 2];
+    // The operator `name` column-major in the SU(2) order, times `P` on the left (rows
+    // signed) or on the right (columns signed) if asked.
+    let op = |name: &str, p_left: bool, p_right: bool| -> Result<Vec<f64>> {
+        let o = electron.operator(name)?;
+        let parity = |a: usize| {
+            if electron.charge_of(order[a]).parity() {
+                -1.0
+            } else {
+                1.0
+            }
+        };
+        Ok((0..d * d)
+            .map(|k| {
+                let (a, b) = (k % d, k / d);
+                let mut x = o.get(order[a], order[b]);
+                if p_left {
+                    x *= parity(a);
+                }
+                if p_right {
+                    x *= parity(b);
+                }
+                x
+            })
+            .collect())
     };
-    let (c_up, c_dn) = (
-        op(&[(0, 2, 1.0), (3, 1, 1.0)]),
-        op(&[(0, 3, 1.0), (2, 1, -1.0)]),
-    );
-    let transpose = |m: &[f64]| op(&(0..d * d).map(|k| (k / d, k % d, m[k])).collect::<Vec<_>>());
-    let (cd_up, cd_dn) = (transpose(&c_up), transpose(&c_dn));
-    let parity = [1.0, 1.0, -1.0, -1.0];
-    // P A (rows signed) and A P (columns signed).
-    let p_left = |m: &[f64]| (0..d * d).map(|k| parity[k % d] * m[k]).collect::<Vec<_>>();
-    let p_right = |m: &[f64]| (0..d * d).map(|k| parity[k / d] * m[k]).collect::<Vec<_>>();
-    let double = op(&[(1, 1, 1.0)]);
     let mut w = DenseMpo::new(d, 6);
     w.set(0, 0, &identity(d), 1.0);
     w.set(1, 1, &identity(d), 1.0);
-    w.set(0, 1, &double, u);
+    w.set(0, 1, &op("NupNdn", false, false)?, u);
     // Charge -1 (dense 2, 3): P c, closed by c+.
-    w.set(0, 2, &p_left(&c_dn), 1.0);
-    w.set(0, 3, &p_left(&c_up), -1.0);
-    w.set(2, 1, &cd_dn, -t);
-    w.set(3, 1, &cd_up, t);
+    w.set(0, 2, &op("Cdn", true, false)?, 1.0);
+    w.set(0, 3, &op("Cup", true, false)?, -1.0);
+    w.set(2, 1, &op("Cdagdn", false, false)?, -t);
+    w.set(3, 1, &op("Cdagup", false, false)?, t);
     // Charge +1 (dense 4, 5): c+ P, closed by c.
-    w.set(0, 4, &p_right(&cd_up), 1.0);
-    w.set(0, 5, &p_right(&cd_dn), 1.0);
-    w.set(4, 1, &c_up, -t);
-    w.set(5, 1, &c_dn, -t);
-    let bond = Su2Leg::with_charges(Direction::In, [((0, 0), 2), ((1, -1), 1), ((1, 1), 1)])
-        .expect("valid sectors");
-    (w.w, bond)
+    w.set(0, 4, &op("Cdagup", false, true)?, 1.0);
+    w.set(0, 5, &op("Cdagdn", false, true)?, 1.0);
+    w.set(4, 1, &op("Cup", false, false)?, -t);
+    w.set(5, 1, &op("Cdn", false, false)?, -t);
+    let bond = Su2Leg::with_charges(Direction::In, [((0, 0), 2), ((1, -1), 1), ((1, 1), 1)])?;
+    Ok((w.w, bond))
 }
 
 /// An end environment selecting MPO channel `channel` (0: start, 1: done), the identity on
