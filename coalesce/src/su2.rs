@@ -66,7 +66,7 @@ pub fn svd_su2<T: Field + Scalar<Real = f64>>(
         Direction::Out,
         f.s.iter().map(|(c, v)| ((c.0.0 as u32, c.1.0), v.len())),
     )?;
-    let (u, vt) = split(a, &bond, f.u, f.vt)?;
+    let (u, vt) = (left_factor(a, &bond, f.u)?, right_factor(a, &bond, f.vt)?);
     Ok(Su2Svd {
         u,
         s: f.s,
@@ -110,24 +110,33 @@ fn su2_bond(leg: &Leg<Su2Label>) -> Result<Su2Leg, Error> {
     Ok(Su2Leg::with_charges(Direction::Out, sectors)?)
 }
 
-/// The factors of `a` on either side of `bond`: `left` (`a`'s codomain to the bond) and
-/// `right` (the dual bond to `a`'s domain), from the abelian factors' data.
-fn split<T: Scalar<Real = f64>>(
+/// The left factor of `a` at `bond` (`a`'s codomain to the bond), from the abelian factor's
+/// data.
+fn left_factor<T: Scalar<Real = f64>>(
     a: &Su2Tensor<T>,
     bond: &Su2Leg,
-    left: AsyncArray<T, Su2Label>,
-    right: AsyncArray<T, Su2Label>,
-) -> Result<(Su2Tensor<T>, Su2Tensor<T>), Error> {
+    data: AsyncArray<T, Su2Label>,
+) -> Result<Su2Tensor<T>, Error> {
     let s = a.structure();
-    let l: Vec<Su2Leg> = s.codomain().iter().cloned().chain([bond.clone()]).collect();
-    let r: Vec<Su2Leg> = [bond.dual()]
+    let legs: Vec<Su2Leg> = s.codomain().iter().cloned().chain([bond.clone()]).collect();
+    Ok(Su2Tensor::from_data(
+        Su2Structure::shared(legs, s.n_codomain())?,
+        data,
+    )?)
+}
+
+/// The right factor of `a` at `bond` (the dual bond to `a`'s domain), from the abelian
+/// factor's data.
+fn right_factor<T: Scalar<Real = f64>>(
+    a: &Su2Tensor<T>,
+    bond: &Su2Leg,
+    data: AsyncArray<T, Su2Label>,
+) -> Result<Su2Tensor<T>, Error> {
+    let legs: Vec<Su2Leg> = [bond.dual()]
         .into_iter()
-        .chain(s.domain().iter().cloned())
+        .chain(a.structure().domain().iter().cloned())
         .collect();
-    Ok((
-        Su2Tensor::from_data(Su2Structure::shared(l, s.n_codomain())?, left)?,
-        Su2Tensor::from_data(Su2Structure::shared(r, 1)?, right)?,
-    ))
+    Ok(Su2Tensor::from_data(Su2Structure::shared(legs, 1)?, data)?)
 }
 
 /// The QR decomposition of an SU(2) tensor map, one per coupled spin (the abelian [`qr`]
@@ -152,7 +161,7 @@ fn split<T: Scalar<Real = f64>>(
 pub fn qr_su2<T: Field + Scalar<Real = f64>>(a: &Su2Tensor<T>) -> Result<Su2Qr<T>, Error> {
     let f = qr(a.data())?;
     let bond = su2_bond(&f.q.structure().domain()[0])?;
-    let (q, r) = split(a, &bond, f.q, f.r)?;
+    let (q, r) = (left_factor(a, &bond, f.q)?, right_factor(a, &bond, f.r)?);
     Ok(Su2Qr { q, r, bond })
 }
 
@@ -190,9 +199,7 @@ pub fn qr_su2<T: Field + Scalar<Real = f64>>(a: &Su2Tensor<T>) -> Result<Su2Qr<T
 pub fn eigh_su2<T: Field + Scalar<Real = f64>>(a: &Su2Tensor<T>) -> Result<Su2Eigh<T>, Error> {
     let f = eigh(a.data())?;
     let bond = su2_bond(&f.vectors.structure().domain()[0])?;
-    let s = a.structure();
-    let l: Vec<Su2Leg> = s.codomain().iter().cloned().chain([bond.clone()]).collect();
-    let vectors = Su2Tensor::from_data(Su2Structure::shared(l, s.n_codomain())?, f.vectors)?;
+    let vectors = left_factor(a, &bond, f.vectors)?;
     let diagonal = Su2Structure::shared(vec![bond.dual(), bond.clone()], 1)?;
     let values = Su2Tensor::from_data(diagonal, f.values)?;
     Ok(Su2Eigh {
