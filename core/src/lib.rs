@@ -27,6 +27,8 @@
 //! - [`Async`]: an independent value. [`Alias`] / [`ReadAlias`]: handles that share a parent's
 //!   storage and exact records, over any [`Region`] (a value, a block, a coalesced view).
 //! - [`Runtime`] and [`schedule`]: enrollment at the call, execution on a worker pool.
+//!   [`Completion`]: a deferred task, enrolled like any task and completed from outside the
+//!   runtime (a message that arrives), [`Runtime::schedule_deferred_named`].
 //! - [`Error`]: typed errors; failures travel with the epochs they poisoned.
 //! - [`Trace`]: the task timeline a runtime records on request
 //!   ([`Runtime::start_trace`]), as Chrome trace-event JSON for Perfetto.
@@ -42,6 +44,7 @@ mod access;
 mod alias;
 mod buffer;
 pub mod cache;
+mod deferred;
 mod domain;
 mod enroll;
 mod error;
@@ -65,6 +68,7 @@ pub use buffer::{
     for_each_common_run, for_each_offset, zip_runs, zip_runs_ref,
 };
 pub use cache::{CacheStats, LruCache};
+pub use deferred::{Completion, schedule_deferred_named};
 pub use domain::Domain;
 pub use error::{Error, FailureCause, KernelError, RecordId, Result, TaskFailure, TaskId};
 pub use hazard::{HazardRecord, HazardSet, Mode, RecordTable};

@@ -1,5 +1,6 @@
-//! Loom models of the hazard record, of composite enrollment, of reader gates and of taking
-//! a queued node.
+//! Loom models of the hazard record, of composite enrollment, of reader gates, of taking
+//! a queued node and of a deferred task completed by another thread than the one that
+//! started it.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p tessera-core --release --lib loom`.
 //! Under loom a run holds one read directly, so the second read of a run joins its gate:
@@ -373,5 +374,49 @@ fn loom_splitting_a_run_hands_its_gate_to_both_halves() {
         for t in readers {
             t.join().unwrap();
         }
+    });
+}
+
+#[test]
+fn loom_a_deferred_write_started_on_one_thread_completes_on_another() {
+    // A deferred task: its start runs on one thread (the worker that found it ready) and
+    // hands the node over; another thread (a communication thread) does the write and
+    // completes it, while this thread enrolls a read and a write behind it. The read must
+    // see the deferred write, the later write must follow the read, and no release is lost.
+    model(|| {
+        let r = HazardRecord::new();
+        let probe = Arc::new(Probe::default());
+        let deferred = enroll_wake(&[(&r, Mode::Overwrite)]);
+        let slot: Arc<loom::sync::Mutex<Option<Arc<TaskNode>>>> =
+            Arc::new(loom::sync::Mutex::new(None));
+        let (s1, s2) = (Arc::clone(&slot), Arc::clone(&slot));
+        let starter = loom::thread::spawn(move || {
+            deferred.latch.wait();
+            *s1.lock().unwrap() = Some(deferred.node);
+        });
+        let p = Arc::clone(&probe);
+        let finisher = loom::thread::spawn(move || {
+            let node = loop {
+                if let Some(node) = s2.lock().unwrap().take() {
+                    break node;
+                }
+                loom::thread::yield_now();
+            };
+            write(&p, 1);
+            let mut ready = Vec::new();
+            node.complete(&mut ready);
+            for n in ready {
+                wake(&n);
+            }
+        });
+        let rd = enroll_wake(&[(&r, Mode::Read)]);
+        let w2 = enroll_wake(&[(&r, Mode::Update)]);
+        let p = Arc::clone(&probe);
+        let later = loom::thread::spawn(move || run(w2, || write(&p, 2)));
+        run(rd, || read(&probe, 1));
+        for t in [starter, finisher, later] {
+            t.join().unwrap();
+        }
+        assert_eq!(probe.version.load(Ordering::Acquire), 2);
     });
 }

@@ -48,6 +48,7 @@
 //! rule it implements: a node runs when its predecessors are done.
 
 use crate::access::{Access, AccessList};
+use crate::deferred::Deferred;
 use crate::enroll::enroll;
 use crate::error::{Error, FailureCause, KernelError, Result, TaskFailure, TaskId};
 use crate::primitive::{Arc, Latch};
@@ -63,12 +64,21 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 type Kernel = Box<dyn FnOnce() -> std::result::Result<(), FailureCause> + Send>;
 
+/// What a job does once it is ready.
+pub(crate) enum Body {
+    /// Runs a kernel to completion; the task completes when it returns.
+    Run(Kernel),
+    /// Starts work that completes later, elsewhere: the task completes when the
+    /// [`Deferred`] handed over is completed or dropped (see `deferred`).
+    Defer(Box<dyn FnOnce(Deferred) + Send>),
+}
+
 /// A ready-to-run kernel with its runtime and its declared accesses.
 pub(crate) struct Job {
     runtime: std::sync::Arc<Inner>,
     name: &'static str,
     accesses: AccessList,
-    kernel: Kernel,
+    kernel: Body,
     /// The kernel runs sequentially and starts no parallel work, so a waiting host may run
     /// it on its own thread (see [`Runtime::schedule_sequential_named`]).
     sequential: bool,
@@ -76,7 +86,7 @@ pub(crate) struct Job {
 
 /// How a task is handed over once it is ready.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Placement {
+pub(crate) enum Placement {
     /// To a worker.
     Worker,
     /// On the enrolling thread when ready at enrollment, else to a worker.
@@ -375,12 +385,8 @@ impl Runtime {
         A: Access,
         F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
     {
-        let mut accesses = AccessList::new();
-        access.declare(&mut accesses);
-        accesses.normalize()?;
-        let id = next_task_id();
-        let node = TaskNode::new(id);
-        enroll(&node, &accesses);
+        let (node, accesses) = self.enroll_access(&access)?;
+        let id = node.id();
         let mut access = access;
         let kernel: Kernel = Box::new(move || {
             // SAFETY: this closure runs only from `run_job`, after the node became ready,
@@ -389,6 +395,34 @@ impl Runtime {
             let views = unsafe { access.resolve() }.map_err(FailureCause::Resolve)?;
             kernel(views).map_err(FailureCause::Error)
         });
+        self.attach_and_release(node, name, accesses, Body::Run(kernel), placement);
+        Ok(id)
+    }
+
+    /// Enrolls a new task node on the records `access` declares, holding its submission
+    /// guard. Nothing is enrolled on error.
+    pub(crate) fn enroll_access<A: Access>(
+        &self,
+        access: &A,
+    ) -> Result<(Arc<TaskNode>, AccessList)> {
+        let mut accesses = AccessList::new();
+        access.declare(&mut accesses);
+        accesses.normalize()?;
+        let node = TaskNode::new(next_task_id());
+        enroll(&node, &accesses);
+        Ok((node, accesses))
+    }
+
+    /// Attaches a job to an enrolled node, drops its submission guard, and hands it over as
+    /// `placement` says if that made it ready.
+    pub(crate) fn attach_and_release(
+        &self,
+        node: Arc<TaskNode>,
+        name: &'static str,
+        accesses: AccessList,
+        kernel: Body,
+        placement: Placement,
+    ) {
         node.attach(Work::Job(Job {
             runtime: std::sync::Arc::clone(&self.inner),
             name,
@@ -403,7 +437,6 @@ impl Runtime {
                 dispatch(ready);
             }
         }
-        Ok(id)
     }
 }
 
@@ -584,10 +617,9 @@ fn run_job_here(node: Arc<TaskNode>, job: Job) {
     let _current = EnterGuard::new(Runtime {
         inner: std::sync::Arc::clone(&job.runtime),
     });
-    run_job(&node, job);
-    let mut ready = Ready::new();
-    node.complete(&mut ready);
-    ready.into_iter().for_each(dispatch);
+    if run_job(&node, job) {
+        complete_and_dispatch(&node);
+    }
 }
 
 /// Runs a job, then continues inline with one successor it made ready on the same runtime
@@ -599,7 +631,9 @@ fn execute(mut node: Arc<TaskNode>, mut job: Job) {
     let mut ready = Ready::new();
     loop {
         let runtime = std::sync::Arc::clone(&job.runtime);
-        run_job(&node, job);
+        if !run_job(&node, job) {
+            break; // deferred: completed elsewhere, later
+        }
         node.complete(&mut ready);
         let mut next = None;
         for succ in ready.drain(..) {
@@ -623,8 +657,11 @@ fn execute(mut node: Arc<TaskNode>, mut job: Job) {
 }
 
 /// Runs one job's kernel (unless an input is poisoned) and publishes its outcome on the
-/// records it writes. The job, and with it every buffer and owner token, is dropped here.
-fn run_job(node: &TaskNode, job: Job) {
+/// records it writes; returns whether the task is complete. The job, and with it every
+/// buffer and owner token, is dropped here. A deferred job ([`Body::Defer`]) is started
+/// instead, poisoned input or not, and returns `false`: its [`Deferred`] publishes the
+/// outcome and completes the node later.
+fn run_job(node: &Arc<TaskNode>, job: Job) -> bool {
     let Job {
         runtime,
         name,
@@ -632,12 +669,31 @@ fn run_job(node: &TaskNode, job: Job) {
         kernel,
         ..
     } = job;
-    let started = runtime.trace.is_on().then(std::time::Instant::now);
+    let runtime = Runtime { inner: runtime };
+    let started = runtime.inner.trace.is_on().then(std::time::Instant::now);
     let inherited = accesses
         .items
         .iter()
         .filter(|a| a.mode.reads())
         .find_map(|a| a.span.table.poison(&a.span.range));
+    let kernel = match kernel {
+        Body::Run(kernel) => kernel,
+        Body::Defer(start) => {
+            let deferred = Deferred::new(
+                Arc::clone(node),
+                runtime,
+                name,
+                accesses,
+                inherited,
+                started,
+            );
+            // A panicking start drops its `Deferred` while unwinding, which fails the task.
+            let previous = CURRENT_TASK.with(|c| c.replace(Some(node.id())));
+            let _ = catch_unwind(AssertUnwindSafe(move || start(deferred)));
+            CURRENT_TASK.with(|c| c.set(previous));
+            return false;
+        }
+    };
     let outcome = match inherited {
         Some(origin) => {
             // The kernel's captures are user values: a panicking `Drop` must not unwind out
@@ -645,25 +701,43 @@ fn run_job(node: &TaskNode, job: Job) {
             let _ = catch_unwind(AssertUnwindSafe(move || drop(kernel)));
             Err(origin)
         }
-        None => {
-            let previous = CURRENT_TASK.with(|c| c.replace(Some(node.id())));
-            let result = catch_unwind(AssertUnwindSafe(kernel));
-            CURRENT_TASK.with(|c| c.set(previous));
-            let cause = match result {
-                Ok(Ok(())) => None,
-                Ok(Err(cause)) => Some(cause),
-                Err(panic) => Some(FailureCause::Panic(panic_message(&*panic))),
-            };
-            match cause {
-                None => Ok(()),
-                Some(cause) => Err(std::sync::Arc::new(TaskFailure {
-                    task: node.id(),
-                    name,
-                    cause,
-                })),
-            }
-        }
+        None => run_kernel(node.id(), name, kernel),
     };
+    publish(&runtime, node.id(), name, &accesses, outcome, started);
+    true
+}
+
+/// Runs a kernel as task `id`, catching a panic; the failure it makes, if any.
+pub(crate) fn run_kernel(
+    id: TaskId,
+    name: &'static str,
+    kernel: impl FnOnce() -> std::result::Result<(), FailureCause>,
+) -> std::result::Result<(), std::sync::Arc<TaskFailure>> {
+    let previous = CURRENT_TASK.with(|c| c.replace(Some(id)));
+    let result = catch_unwind(AssertUnwindSafe(kernel));
+    CURRENT_TASK.with(|c| c.set(previous));
+    let cause = match result {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(cause)) => cause,
+        Err(panic) => FailureCause::Panic(panic_message(&*panic)),
+    };
+    Err(std::sync::Arc::new(TaskFailure {
+        task: id,
+        name,
+        cause,
+    }))
+}
+
+/// Publishes a task's outcome on the records it writes (poisoned with its failure, or
+/// clean) and records it in the timeline.
+pub(crate) fn publish(
+    runtime: &Runtime,
+    id: TaskId,
+    name: &'static str,
+    accesses: &AccessList,
+    outcome: std::result::Result<(), std::sync::Arc<TaskFailure>>,
+    started: Option<std::time::Instant>,
+) {
     for a in accesses.items.iter().filter(|a| a.mode.writes()) {
         a.span
             .table
@@ -671,9 +745,17 @@ fn run_job(node: &TaskNode, job: Job) {
     }
     if let Some(started) = started {
         runtime
+            .inner
             .trace
-            .record(node.id(), name, started, outcome.is_err());
+            .record(id, name, started, outcome.is_err());
     }
+}
+
+/// Completes a node whose task has finished and dispatches what it made ready.
+pub(crate) fn complete_and_dispatch(node: &TaskNode) {
+    let mut ready = Ready::new();
+    node.complete(&mut ready);
+    ready.into_iter().for_each(dispatch);
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -777,12 +859,12 @@ fn host_enrolled<R>(mut accesses: AccessList, f: impl FnOnce() -> Result<R>) -> 
                         .table
                         .set_poison(&a.span.range, Some(std::sync::Arc::clone(&failure)));
                 }
-                release(&node);
+                complete_and_dispatch(&node);
                 std::panic::resume_unwind(panic)
             }
         },
     };
-    release(&node);
+    complete_and_dispatch(&node);
     result
 }
 
@@ -804,15 +886,6 @@ fn help_then_wait(latch: &Latch, predecessors: &[Arc<TaskNode>]) {
         }
     }
     latch.wait();
-}
-
-/// Completes a host node and dispatches what it made ready.
-fn release(node: &TaskNode) {
-    let mut ready = Ready::new();
-    node.complete(&mut ready);
-    for succ in ready {
-        dispatch(succ);
-    }
 }
 
 #[cfg(all(test, not(loom)))]
