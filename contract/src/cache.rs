@@ -27,6 +27,8 @@ pub const DEFAULT_PLAN_CAPACITY: usize = 1024;
 struct Key {
     types: (TypeId, TypeId),
     fingerprints: [u64; 2],
+    /// The output's fingerprint when only some output blocks are computed.
+    output: Option<u64>,
     conj: [bool; 2],
     spec: Spec,
 }
@@ -121,26 +123,31 @@ impl PlanCache {
         GLOBAL.get_or_init(|| Arc::new(PlanCache::new()))
     }
 
-    /// The plan for these operands: cached, or made and cached.
+    /// The plan for these operands: cached, or made and cached. `output`: a structure with
+    /// some of the output's blocks, the only ones to compute (`None`: all).
     pub(crate) fn plan<T: Scalar, S: AbelianSector>(
         &self,
         spec: &Spec,
         conj: [bool; 2],
         a: &Arc<BlockStructure<S>>,
         b: &Arc<BlockStructure<S>>,
+        output: Option<&Arc<BlockStructure<S>>>,
     ) -> Result<Arc<Plan<S>>, Error> {
         let key = Key {
             types: (TypeId::of::<T>(), TypeId::of::<S>()),
             fingerprints: [a.fingerprint(), b.fingerprint()],
+            output: output.map(|c| c.fingerprint()),
             conj,
             spec: spec.clone(),
         };
         // A fingerprint match is confirmed against the structures themselves; a plan for
         // other structures with the same fingerprints is a miss, and replaced below.
         let fits = |found: &Arc<dyn Any + Send + Sync>| {
-            found
-                .downcast_ref::<Plan<S>>()
-                .is_some_and(|plan| plan.fits(a, b))
+            found.downcast_ref::<Plan<S>>().is_some_and(|plan| {
+                plan.fits(a, b)
+                    && output
+                        .is_none_or(|c| Arc::ptr_eq(c, plan.output()) || **c == **plan.output())
+            })
         };
         if let Some(found) = self.plans.get_if(&key, fits) {
             return Ok(found
@@ -148,7 +155,15 @@ impl PlanCache {
                 .expect("the key holds the sector type"));
         }
         // Planned outside the lock: planning a large contraction must not stall others.
-        let plan = Arc::new(Plan::build::<T>(spec, conj, a, b, self.small_operand_min)?);
+        let mask = output.map(|c| c.present_mask());
+        let plan = Arc::new(Plan::build::<T>(
+            spec,
+            conj,
+            a,
+            b,
+            self.small_operand_min,
+            mask,
+        )?);
         self.plans.insert(key, Arc::clone(&plan) as _);
         Ok(plan)
     }

@@ -104,6 +104,7 @@ impl Contraction {
             self.conj,
             a.structure(),
             b.structure(),
+            None,
         )
     }
 
@@ -137,10 +138,15 @@ impl Contraction {
     /// `C <- op(A) op(B)`, into an existing array (so a repeated contraction reuses its
     /// allocation). The old `C` is not read (NaN and infinities in it are overwritten).
     ///
+    /// `C` may hold only some of the output's blocks (the output's legs, split and flux,
+    /// with a [presence mask](tessera_blocks::BlockStructure::with_present)): then only
+    /// those are computed, from the pairs of blocks that write them (a distributed
+    /// contraction computes the blocks a process owns so).
+    ///
     /// # Errors
     ///
-    /// As [`plan`](Contraction::plan); [`Error::Output`] when `c` does not have the output
-    /// structure, [`Error::Aliased`] when it shares storage with an operand,
+    /// As [`plan`](Contraction::plan); [`Error::Output`] when `c` does not have the output's
+    /// legs, split and flux, [`Error::Aliased`] when it shares storage with an operand,
     /// [`tessera_blocks::Error::DeviceMismatch`] when the three are not on one device.
     /// Nothing is enrolled or written on error.
     pub fn apply_into<A: Operand>(&self, a: &A, b: &A, c: &A) -> Result<(), Error> {
@@ -161,13 +167,30 @@ impl Contraction {
         beta: A::Scalar,
         c: &A,
     ) -> Result<(), Error> {
-        let plan = self.plan(a, b)?;
-        let same = Arc::ptr_eq(c.structure(), plan.output()) || c.structure() == plan.output();
-        if !same {
-            return Err(Error::Output {
-                expected: plan.output().summary(),
-                given: c.structure().summary(),
-            });
+        let mut plan = self.plan(a, b)?;
+        let (full, given) = (plan.output(), c.structure());
+        if !(Arc::ptr_eq(given, full) || given == full) {
+            let some_blocks = given.legs() == full.legs()
+                && given.n_codomain() == full.n_codomain()
+                && given.flux() == full.flux();
+            if !some_blocks {
+                return Err(Error::Output {
+                    expected: full.summary(),
+                    given: given.summary(),
+                });
+            }
+            // `C` has some of the output's blocks: compute those only.
+            plan = self.cache.plan::<A::Scalar, A::Symmetry>(
+                &self.spec,
+                self.conj,
+                a.structure(),
+                b.structure(),
+                Some(given),
+            )?;
+            debug_assert!(
+                plan.output() == given,
+                "a plan for some blocks has them all"
+            );
         }
         a.check_domain(b)?;
         a.check_domain(c)?;

@@ -23,7 +23,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use tessera_backends::Scalar;
-use tessera_blocks::{AbelianSector, BlockStructure, Direction, Leg, Permuted};
+use tessera_blocks::{AbelianSector, BitSlice, BitVec, BlockStructure, Direction, Leg, Permuted};
 use tessera_coalesce::SectorBatches;
 
 /// The least work (in flops) one GEMM task is given, unless the blocks run out: a task costs
@@ -417,13 +417,16 @@ impl<S: AbelianSector> Plan<S> {
     /// Plans `spec` for operands with structures `a` and `b` (conjugated where `conj` says)
     /// and elements of type `T`; `small_min`: the least elements of the large operand for
     /// which the host applies a small operand in one pass ([`Strategy::SmallOperand`]) where
-    /// the GEMMs would permute.
+    /// the GEMMs would permute; `output_present`: the output blocks to compute, one bit per
+    /// allowed output block (`None`: all of them). Pairs that would write another block are
+    /// not planned, and the output structure has these blocks only.
     pub(crate) fn build<T: Scalar>(
         spec: &Spec,
         conj: [bool; 2],
         a: &Arc<BlockStructure<S>>,
         b: &Arc<BlockStructure<S>>,
         small_min: usize,
+        output_present: Option<&BitSlice>,
     ) -> Result<Self, Error> {
         for (operand, labels, s) in [("A", spec.a(), a), ("B", spec.b(), b)] {
             if labels.len() != s.num_legs() {
@@ -489,13 +492,24 @@ impl<S: AbelianSector> Plan<S> {
             )
             .collect();
         let flux = eff_flux(a, conj[0]).fuse_abelian(&eff_flux(b, conj[1]));
-        let product = Arc::new(BlockStructure::from_legs(legs, free_a.len(), flux)?);
+        let mut product = Arc::new(BlockStructure::from_legs(legs, free_a.len(), flux)?);
         let cprime: Vec<char> = free_a.iter().chain(&free_b).copied().collect();
         let out_perm: Vec<usize> = spec
             .output()
             .iter()
             .map(|&c| position(&cprime, c))
             .collect();
+        if let Some(mask) = output_present {
+            // Every allowed block of the full product is present, so block ids are allowed
+            // ids on both sides; the product keeps the blocks that land in the mask.
+            let keep: BitVec = if is_identity(&out_perm, spec.output_codomain(), &product) {
+                mask.to_bitvec()
+            } else {
+                let p = product.permuted(&out_perm, spec.output_codomain())?;
+                p.block_map.iter().map(|&new| mask[new]).collect()
+            };
+            product = Arc::new(product.with_present(&keep)?);
+        }
         let (output, output_permute) = if is_identity(&out_perm, spec.output_codomain(), &product) {
             (Arc::clone(&product), None)
         } else {

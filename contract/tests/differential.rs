@@ -315,6 +315,37 @@ fn differential<T: Field + Approx, S: Kind>(seed: u64, cases: usize) {
             c.apply_into_scaled(alpha, &a, &b, beta, &acc).unwrap();
             let want = reference(&case, &da, &db, alpha, beta, &c0);
             assert_close_in_norm(&acc.to_dense().unwrap(), &want, 1e-12, Lazy(&what));
+            // Into an output with some of the blocks (as a process computes the blocks it
+            // owns): those blocks are the full result's, the others are not there.
+            let mask = random_mask(
+                &mut ChaCha8Rng::seed_from_u64(acc_seed),
+                plan.output().num_blocks(),
+            );
+            let some = Arc::new(plan.output().with_present(&mask).unwrap());
+            let part = AsyncArray::<T, S>::random(Arc::clone(&some), acc_seed ^ 1);
+            if beta == T::ZERO {
+                part.scale(T::from_f64(f64::NAN));
+            }
+            let ones: Vec<Vec<T>> = some.blocks().map(|b| vec![T::ONE; b.len()]).collect();
+            let inside: Vec<bool> = AsyncArray::<T, S>::from_blocks(Arc::clone(&some), &ones)
+                .unwrap()
+                .to_dense()
+                .unwrap()
+                .iter()
+                .map(|&x| x == T::ONE)
+                .collect();
+            let c0 = if beta == T::ZERO {
+                vec![T::ZERO; got.len()]
+            } else {
+                part.to_dense().unwrap()
+            };
+            c.apply_into_scaled(alpha, &a, &b, beta, &part).unwrap();
+            let want: Vec<T> = reference(&case, &da, &db, alpha, beta, &c0)
+                .into_iter()
+                .zip(&inside)
+                .map(|(x, &i)| if i { x } else { T::ZERO })
+                .collect();
+            assert_close_in_norm(&part.to_dense().unwrap(), &want, 1e-12, Lazy(&what));
         }
     }
     for cache in &caches {
