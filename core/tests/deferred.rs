@@ -205,3 +205,24 @@ fn deferred_chains_completed_out_of_order_keep_program_order() {
         assert_eq!(v.get().unwrap(), e);
     }
 }
+
+#[test]
+fn a_trace_shows_a_deferred_task_from_its_start_to_its_completion() {
+    let rt = Runtime::new(2).unwrap();
+    let a = Async::new(0_u32);
+    rt.start_trace();
+    let (tx, rx) = mpsc::channel();
+    rt.schedule_deferred_named("held", a.write(), move |done| tx.send(done).unwrap())
+        .unwrap();
+    let done = rx.recv().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    done.complete(|a| {
+        *a = 1;
+        Ok(())
+    });
+    assert_eq!(a.get().unwrap(), 1);
+    let trace = rt.stop_trace();
+    let held: Vec<_> = trace.events.iter().filter(|e| e.name == "held").collect();
+    assert_eq!(held.len(), 1, "{:?}", trace.events);
+    assert!(held[0].duration >= std::time::Duration::from_millis(5));
+}

@@ -1,0 +1,82 @@
+//! Process maps: which rank owns each block of a distributed array.
+//!
+//! Owns: [`ProcessMap`] and its resolution into one owner per block ([`Owners`]).
+//! Invariant: an `Owners` has one rank below the job's size per block of the structure it was
+//! resolved for, and every rank resolves the same map to the same owners (the rules read the
+//! structure alone).
+
+use crate::error::Error;
+use std::sync::Arc;
+use tessera_blocks::{AbelianSector, BlockStructure};
+
+/// How the blocks of a distributed array are placed on the ranks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProcessMap {
+    /// Block `i` on rank `i % size`: balances block counts.
+    Cyclic,
+    /// Every block of coupled sector `s` (a block of the matrix form) on rank `s % size`:
+    /// the GEMMs of one sector stay on one rank.
+    BySector,
+    /// The owner of each block, in block order, as the user gives it.
+    Explicit(Arc<[usize]>),
+}
+
+/// One owner per block: a [`ProcessMap`] resolved for a structure and a job size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owners {
+    owner: Arc<[usize]>,
+    size: usize,
+}
+
+impl Owners {
+    /// The rank that owns block `id`.
+    pub fn of(&self, id: usize) -> usize {
+        self.owner[id]
+    }
+
+    /// The owners, in block order.
+    pub fn as_slice(&self) -> &[usize] {
+        &self.owner
+    }
+
+    /// The blocks `rank` owns, in block order.
+    pub fn owned_by(&self, rank: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.owner.len()).filter(move |&i| self.owner[i] == rank)
+    }
+}
+
+impl ProcessMap {
+    /// The owner of every block of `structure` in a job of `size` ranks.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Map`] when an explicit map has not one rank per block, or names a rank
+    /// outside the job.
+    pub fn resolve<S: AbelianSector>(
+        &self,
+        structure: &BlockStructure<S>,
+        size: usize,
+    ) -> Result<Owners, Error> {
+        let n = structure.num_blocks();
+        let owner: Arc<[usize]> = match self {
+            ProcessMap::Cyclic => (0..n).map(|i| i % size).collect(),
+            ProcessMap::BySector => structure.blocks().map(|b| b.coupled() % size).collect(),
+            ProcessMap::Explicit(owner) => {
+                if owner.len() != n {
+                    return Err(Error::Map {
+                        expected: format!("one rank per block ({n} blocks)"),
+                        given: format!("{} ranks", owner.len()),
+                    });
+                }
+                if let Some((block, &rank)) = owner.iter().enumerate().find(|(_, r)| **r >= size) {
+                    return Err(Error::Map {
+                        expected: format!("ranks below the job's size {size}"),
+                        given: format!("rank {rank} for block {block}"),
+                    });
+                }
+                Arc::clone(owner)
+            }
+        };
+        Ok(Owners { owner, size })
+    }
+}

@@ -1,0 +1,368 @@
+//! Distributed arrays against one process, on 1, 2 and 4 ranks.
+//!
+//! One process per rank, so this test has no harness: started alone (by `cargo test`), it
+//! relaunches itself under `mpirun --allow-run-as-root --oversubscribe -n N` for N = 1, 2, 4
+//! and fails if any run fails; started by mpirun, it runs every check once, on every rank.
+//! The checks compare each distributed result, gathered, with the same operation on whole
+//! arrays in one process (every rank holds those too, from the same seeds), on random
+//! structures of every sector kind, fermionic ones included, and under every kind of
+//! process map. The fault checks come last: after a rank fails, the ranks disagree on what
+//! comes next, which is the point of those checks.
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::process::Command;
+use std::sync::Arc;
+use tessera_blocks::testing::{Kind, random_leg, random_structure};
+use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Leg};
+use tessera_contract::Contraction;
+use tessera_distributed::{Comm, DistArray, Error, ProcessMap, World, contract};
+
+fn main() {
+    let under_mpirun = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
+    if !under_mpirun {
+        relaunch();
+        return;
+    }
+    let world = World::init().expect("MPI with thread level Multiple");
+    let comm = world.comm().clone();
+    let say = |what: &str| println!("rank {}/{}: {what} ok", comm.rank(), comm.size());
+    for_each_kind(&comm, round_trips);
+    say("scatter, gather, redistribute, norm, inner");
+    for_each_kind(&comm, contractions);
+    say("contractions");
+    overlap(&comm);
+    say("overlap");
+    a_failed_task_fails_every_rank(&comm);
+    say("a failed task");
+    a_bad_input_on_one_rank_fails_every_rank(&comm);
+    say("a bad input on one rank");
+    drop(world);
+}
+
+fn relaunch() {
+    let exe = std::env::current_exe().expect("this test's path");
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        println!("skipped: mpirun not found (install openmpi-bin)");
+        return;
+    }
+    for n in [1, 2, 4] {
+        println!("mpirun -n {n} {}", exe.display());
+        let status = Command::new("mpirun")
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-n",
+                &n.to_string(),
+            ])
+            .arg(&exe)
+            .status()
+            .expect("mpirun starts");
+        assert!(status.success(), "the checks failed on {n} ranks: {status}");
+    }
+}
+
+/// `for_each_kind!` with the communicator.
+fn for_each_kind(comm: &Comm, check: fn(&Comm, &mut ChaCha8Rng, Kinds)) {
+    for (seed, kind) in [
+        (0x11, Kinds::Trivial),
+        (0x22, Kinds::U1),
+        (0x33, Kinds::Z3),
+        (0x44, Kinds::U1U1),
+        (0x66, Kinds::U1Fermion),
+    ] {
+        check(comm, &mut ChaCha8Rng::seed_from_u64(seed), kind);
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kinds {
+    Trivial,
+    U1,
+    Z3,
+    U1U1,
+    U1Fermion,
+}
+
+macro_rules! dispatch {
+    ($kind:expr, $f:ident($($arg:expr),*)) => {{
+        use tessera_blocks::sector::{FermionParity, Product, Trivial, U1, Zn};
+        match $kind {
+            Kinds::Trivial => $f::<Trivial>($($arg),*),
+            Kinds::U1 => $f::<U1>($($arg),*),
+            Kinds::Z3 => $f::<Zn<3>>($($arg),*),
+            Kinds::U1U1 => $f::<Product<U1, U1>>($($arg),*),
+            Kinds::U1Fermion => $f::<Product<U1, FermionParity>>($($arg),*),
+        }
+    }};
+}
+
+/// The three kinds of map, the explicit one random (the same on every rank: seeded).
+fn maps<S: AbelianSector>(
+    s: &BlockStructure<S>,
+    size: usize,
+    rng: &mut ChaCha8Rng,
+) -> Vec<ProcessMap> {
+    let explicit: Arc<[usize]> = (0..s.num_blocks())
+        .map(|_| rng.gen_range(0..size))
+        .collect();
+    vec![
+        ProcessMap::Cyclic,
+        ProcessMap::BySector,
+        ProcessMap::Explicit(explicit),
+    ]
+}
+
+fn close(got: f64, want: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= 1e-12 * want.abs().max(1.0),
+        "{what}: {got} against {want}"
+    );
+}
+
+fn round_trips(comm: &Comm, rng: &mut ChaCha8Rng, kind: Kinds) {
+    fn run<S: Kind>(comm: &Comm, rng: &mut ChaCha8Rng) {
+        for case in 0..4 {
+            let s = Arc::new(random_structure::<S>(rng));
+            let x = AsyncArray::<f64, S>::random(Arc::clone(&s), rng.r#gen());
+            let y = AsyncArray::<f64, S>::random(Arc::clone(&s), rng.r#gen());
+            let want = x.to_dense().unwrap();
+            let ms = maps(&s, comm.size(), rng);
+            for (m, map) in ms.iter().enumerate() {
+                let what = format!("{} case {case} map {m}", std::any::type_name::<S>());
+                let dx = DistArray::scatter(comm, &x, map).unwrap();
+                assert_eq!(
+                    dx.gather().unwrap().to_dense().unwrap(),
+                    want,
+                    "{what}: gather"
+                );
+                let other = &ms[(m + 1) % ms.len()];
+                let moved = dx.redistribute(other).unwrap();
+                assert_eq!(
+                    moved.gather().unwrap().to_dense().unwrap(),
+                    want,
+                    "{what}: moved"
+                );
+                close(dx.norm().unwrap(), x.norm().get().unwrap(), &what);
+                let dy = DistArray::scatter(comm, &y, map).unwrap();
+                close(
+                    dx.inner(&dy).unwrap(),
+                    x.inner(&y).unwrap().get().unwrap(),
+                    &what,
+                );
+                // Arrays under different maps are refused, on every rank alike.
+                let mixed = moved.inner(&dy);
+                if moved.owners() == dy.owners() {
+                    close(mixed.unwrap(), x.inner(&y).unwrap().get().unwrap(), &what);
+                } else {
+                    assert!(
+                        matches!(mixed, Err(Error::Mismatch { .. })),
+                        "{what}: {mixed:?}"
+                    );
+                }
+            }
+        }
+    }
+    dispatch!(kind, run(comm, rng));
+}
+
+/// A random contraction spec and operand structures that fit it.
+fn random_contraction<S: Kind>(
+    rng: &mut ChaCha8Rng,
+) -> (Contraction, BlockStructure<S>, BlockStructure<S>) {
+    let leg = |rng: &mut ChaCha8Rng| loop {
+        let l = random_leg::<S>(rng);
+        if l.num_segments() > 0 {
+            return l;
+        }
+    };
+    let (nfa, nk, nfb) = (
+        rng.gen_range(0..=2),
+        rng.gen_range(1..=2),
+        rng.gen_range(0..=2),
+    );
+    let conj_a = rng.gen_bool(0.25);
+    let k_legs: Vec<Leg<S>> = (0..nk).map(|_| leg(rng)).collect();
+    let mut a: Vec<(char, Leg<S>)> = (0..nfa).map(|i| (['a', 'b'][i], leg(rng))).collect();
+    let mut b: Vec<(char, Leg<S>)> = (0..nfb).map(|i| (['x', 'y'][i], leg(rng))).collect();
+    for (i, l) in k_legs.iter().enumerate() {
+        let c = ['k', 'l'][i];
+        a.push((c, l.clone()));
+        b.push((c, if conj_a { l.clone() } else { l.dual() }));
+    }
+    a.shuffle(rng);
+    b.shuffle(rng);
+    let mut out: Vec<char> = a
+        .iter()
+        .chain(&b)
+        .map(|x| x.0)
+        .filter(|c| !['k', 'l'].contains(c))
+        .collect();
+    out.shuffle(rng);
+    let structure = |legs: &[(char, Leg<S>)], rng: &mut ChaCha8Rng| {
+        let legs: Vec<Leg<S>> = legs.iter().map(|x| x.1.clone()).collect();
+        let flux = legs.iter().fold(S::trivial(), |acc, l| {
+            let i = rng.gen_range(0..l.num_segments());
+            acc.fuse_abelian(&l.effective_sector(i).unwrap())
+        });
+        let n = rng.gen_range(0..=legs.len());
+        BlockStructure::from_legs(legs, n, flux).unwrap()
+    };
+    let (sa, sb) = (structure(&a, rng), structure(&b, rng));
+    let labels = |l: &[(char, Leg<S>)]| l.iter().map(|x| x.0).collect::<String>();
+    let split = rng.gen_range(0..=out.len());
+    let spec = format!(
+        "{},{}->{}|{}",
+        labels(&a),
+        labels(&b),
+        out[..split].iter().collect::<String>(),
+        out[split..].iter().collect::<String>()
+    );
+    let mut c = Contraction::new(&spec).unwrap();
+    if conj_a {
+        c = c.conj_a();
+    }
+    (c, sa, sb)
+}
+
+fn contractions(comm: &Comm, rng: &mut ChaCha8Rng, kind: Kinds) {
+    fn run<S: Kind>(comm: &Comm, rng: &mut ChaCha8Rng) {
+        for case in 0..12 {
+            let (c, sa, sb) = random_contraction::<S>(rng);
+            let (sa, sb) = (Arc::new(sa), Arc::new(sb));
+            let a = AsyncArray::<f64, S>::random(Arc::clone(&sa), rng.r#gen());
+            let b = AsyncArray::<f64, S>::random(Arc::clone(&sb), rng.r#gen());
+            let want = c.apply(&a, &b).unwrap().to_dense().unwrap();
+            let (ma, mb) = (maps(&sa, comm.size(), rng), maps(&sb, comm.size(), rng));
+            let out = [ProcessMap::Cyclic, ProcessMap::BySector][case % 2].clone();
+            let da = DistArray::scatter(comm, &a, &ma[case % 3]).unwrap();
+            let db = DistArray::scatter(comm, &b, &mb[(case / 3) % 3]).unwrap();
+            let dc = contract(&c, &da, &db, &out).unwrap();
+            let got = dc.gather().unwrap().to_dense().unwrap();
+            let what = format!("{} case {case}: {:?}", std::any::type_name::<S>(), c.spec());
+            assert_eq!(got.len(), want.len(), "{what}");
+            let scale = want.iter().fold(1.0_f64, |m, x| m.max(x.abs()));
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-12 * scale, "{what}: {g} against {w}");
+            }
+        }
+    }
+    dispatch!(kind, run(comm, rng));
+}
+
+/// The operations return before their messages arrive: work scheduled after a contraction
+/// on blocks it does not touch runs while its receives wait, and a trace of the runtime
+/// shows sends and receives among the tasks.
+fn overlap(comm: &Comm) {
+    use tessera_blocks::U1;
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let leg = Leg::new(
+        tessera_blocks::Direction::In,
+        (-3..=3).map(|q| (U1(q), 24)).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let m = Arc::new(BlockStructure::new([leg.clone()], [leg.dual()], U1(0)).unwrap());
+    let a = AsyncArray::<f64, U1>::random(Arc::clone(&m), rng.r#gen());
+    let runtime = tessera_core::Runtime::current();
+    runtime.start_trace();
+    let da = DistArray::scatter(comm, &a, &ProcessMap::Cyclic).unwrap();
+    // Every block to the next rank: everything moves.
+    let next = ProcessMap::Explicit((0..m.num_blocks()).map(|g| (g + 1) % comm.size()).collect());
+    let db = da.redistribute(&next).unwrap();
+    let dc = contract(
+        &Contraction::new("ij,jk->ik").unwrap(),
+        &da,
+        &db,
+        &ProcessMap::Cyclic,
+    )
+    .unwrap();
+    let want = Contraction::new("ij,jk->ik")
+        .unwrap()
+        .apply(&a, &a)
+        .unwrap();
+    close(dc.norm().unwrap(), want.norm().get().unwrap(), "overlap");
+    let trace = runtime.stop_trace();
+    if comm.size() > 1 {
+        let names: Vec<&str> = trace.events.iter().map(|e| e.name).collect();
+        assert!(
+            names.contains(&"mpi send") && names.contains(&"mpi receive"),
+            "{names:?}"
+        );
+    }
+}
+
+/// A kernel fails on the last rank, poisoning every block it owns of `A`: a contraction that
+/// needs them, and its norm, fail on every rank, each naming the failure.
+fn a_failed_task_fails_every_rank(comm: &Comm) {
+    use tessera_blocks::U1;
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let s = Arc::new(random_structure::<U1>(&mut rng));
+    let s = if s.num_blocks() == 0 {
+        Arc::new(random_structure::<U1>(&mut rng))
+    } else {
+        s
+    };
+    let a = AsyncArray::<f64, U1>::random(Arc::clone(&s), 1);
+    let da = DistArray::scatter(comm, &a, &ProcessMap::Cyclic).unwrap();
+    if comm.rank() == comm.size() - 1 {
+        tessera_core::schedule_named("injected failure", da.local().write(), |_| {
+            Err("injected on the last rank".into())
+        })
+        .unwrap();
+    }
+    let n = da.norm();
+    assert!(
+        n.is_err() || s.num_blocks() == 0,
+        "rank {}: {n:?}",
+        comm.rank()
+    );
+    if let Err(e) = n {
+        assert!(
+            e.to_string().contains("injected"),
+            "rank {}: {e}",
+            comm.rank()
+        );
+    }
+    let gathered = da.gather().unwrap();
+    if s.num_blocks() > 0 {
+        assert!(
+            gathered.to_dense().is_err(),
+            "rank {}: a poisoned block gathered clean",
+            comm.rank()
+        );
+    }
+}
+
+/// The last rank passes a map that does not fit: its redistribution returns the error at
+/// once, and it stops there, as a program would. Every other rank's next collective returns
+/// the error of that rank instead of waiting for it.
+fn a_bad_input_on_one_rank_fails_every_rank(comm: &Comm) {
+    use tessera_blocks::U1;
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let s = Arc::new(random_structure::<U1>(&mut rng));
+    let a = AsyncArray::<f64, U1>::random(Arc::clone(&s), 2);
+    let da = DistArray::scatter(comm, &a, &ProcessMap::Cyclic).unwrap();
+    let last = comm.size() - 1;
+    let map = if comm.rank() == last {
+        ProcessMap::Explicit(vec![0; s.num_blocks() + 1].into())
+    } else {
+        ProcessMap::BySector
+    };
+    match da.redistribute(&map) {
+        Err(Error::Map { .. }) if comm.rank() == last => {}
+        Ok(moved) if comm.rank() != last => match moved.norm() {
+            Err(Error::Remote { rank, message }) => {
+                assert_eq!(rank, last);
+                assert!(message.contains("one rank per block"), "{message}");
+            }
+            other => panic!(
+                "rank {}: expected rank {last}'s error, got {other:?}",
+                comm.rank()
+            ),
+        },
+        other => panic!("rank {}: {other:?}", comm.rank()),
+    }
+}
