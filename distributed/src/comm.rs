@@ -16,9 +16,12 @@
 //! - A frame is delivered exactly once: to the receive registered for its key, or kept until
 //!   that receive registers.
 //! - A rank whose operation fails on it tells every rank (an *abort* frame) before it returns
-//!   the error; from then on every receive from that rank, registered or to come, fails with
-//!   that error. Its operation numbers may now disagree with the others', so nothing more
-//!   from it is trusted.
+//!   the error: every receive of that operation from it, registered or to come, fails with
+//!   that error. Its operation numbers still agree with the others' (it drew this one), so a
+//!   program that handles the error and goes on stays in step. A rank that stops (its
+//!   `World` dropped, after an error or at the end) says so (a *leave* frame): every receive
+//!   from it still undelivered fails, naming its last error. Frames between two ranks
+//!   arrive in the order sent, so nothing it sent before is lost.
 //! - Shutdown: the progress thread stops once its sends have completed and every rank has
 //!   reached the same point (a non-blocking barrier while it keeps receiving), so no rank
 //!   finalises MPI while a peer still sends to it.
@@ -48,9 +51,12 @@ enum Kind {
     Data = 0,
     /// The data is poisoned on the sender; the payload is the failure, as text.
     Poisoned = 1,
-    /// The sender's operation failed; the payload is its error. Every later receive from it
-    /// fails.
+    /// The sender's operation failed; the payload is its error. Every receive of that
+    /// operation from it fails.
     Abort = 2,
+    /// The sender stopped (its `World` was dropped); the payload says why. Every receive
+    /// from it that is still to be delivered fails.
+    Leave = 3,
 }
 
 /// What a receive gets.
@@ -89,8 +95,39 @@ type Key = (usize, u64, u64);
 struct Mailbox {
     arrived: HashMap<Key, Frame>,
     waiting: HashMap<Key, Waiter>,
-    /// Ranks that aborted, with their error.
-    failed: HashMap<usize, String>,
+    /// Operations that failed on a rank: (rank, operation) and its error.
+    aborted: HashMap<(usize, u64), String>,
+    /// Ranks that stopped, and why.
+    left: HashMap<usize, String>,
+}
+
+impl Mailbox {
+    /// Why a receive of `key` will never get its frame, if it will not.
+    fn failure(&self, key: Key) -> Option<&String> {
+        self.aborted
+            .get(&(key.0, key.1))
+            .or_else(|| self.left.get(&key.0))
+    }
+
+    /// Takes the waiters `which` selects, each with the failure `message` from `rank`.
+    fn fail_waiting(
+        &mut self,
+        rank: usize,
+        message: &str,
+        which: impl Fn(&Key) -> bool,
+    ) -> Vec<(Waiter, Frame)> {
+        let keys: Vec<Key> = self.waiting.keys().filter(|k| which(k)).copied().collect();
+        keys.into_iter()
+            .map(|k| {
+                let w = self.waiting.remove(&k).expect("listed");
+                let f = Frame::Failed {
+                    rank,
+                    message: message.to_owned(),
+                };
+                (w, f)
+            })
+            .collect()
+    }
 }
 
 struct Outgoing {
@@ -107,6 +144,9 @@ struct Shared {
     thread: std::sync::OnceLock<std::thread::Thread>,
     sent_bytes: AtomicU64,
     sent_frames: AtomicU64,
+    /// The last error an operation of this rank aborted with (told to the others when it
+    /// stops).
+    last_error: Mutex<Option<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -143,50 +183,42 @@ impl Shared {
         };
         let (op, item, kind) = (word(0), word(1), word(2));
         let text = || String::from_utf8_lossy(&bytes[HEADER..]).into_owned();
-        let mut ready: Vec<(Waiter, Frame)> = Vec::new();
-        {
+        let key = (source, op, item);
+        let ready: Vec<(Waiter, Frame)> = {
             let mut mb = lock(&self.mailbox);
-            let frame = match kind {
-                k if k == Kind::Data as u64 => Frame::Data(bytes),
-                k if k == Kind::Poisoned as u64 => Frame::Failed {
-                    rank: source,
-                    message: text(),
-                },
-                _ => {
-                    // An abort: fail what waits for this rank now, and all that will.
+            match kind {
+                k if k == Kind::Abort as u64 => {
                     let message = text();
-                    let keys: Vec<Key> = mb
-                        .waiting
-                        .keys()
-                        .filter(|k| k.0 == source)
-                        .copied()
-                        .collect();
-                    for k in keys {
-                        let w = mb.waiting.remove(&k).expect("listed");
-                        ready.push((
-                            w,
-                            Frame::Failed {
-                                rank: source,
-                                message: message.clone(),
-                            },
-                        ));
-                    }
-                    mb.failed.entry(source).or_insert(message);
-                    drop(mb);
-                    for (w, f) in ready {
-                        w(f);
-                    }
-                    return;
+                    let failed = mb.fail_waiting(source, &message, |k| k.0 == source && k.1 == op);
+                    mb.aborted.insert((source, op), message);
+                    failed
                 }
-            };
-            let key = (source, op, item);
-            match mb.waiting.remove(&key) {
-                Some(w) => ready.push((w, frame)),
-                None => {
-                    mb.arrived.insert(key, frame);
+                k if k == Kind::Leave as u64 => {
+                    let message = text();
+                    let failed = mb.fail_waiting(source, &message, |k| k.0 == source);
+                    mb.left.insert(source, message);
+                    failed
+                }
+                _ => {
+                    let frame = if kind == Kind::Data as u64 {
+                        Frame::Data(bytes)
+                    } else {
+                        Frame::Failed {
+                            rank: source,
+                            message: text(),
+                        }
+                    };
+                    match mb.waiting.remove(&key) {
+                        Some(w) => vec![(w, frame)],
+                        None => {
+                            mb.arrived.insert(key, frame);
+                            Vec::new()
+                        }
+                    }
                 }
             }
-        }
+        };
+        // Outside the lock: a waiter completes a task, which may release others.
         for (w, f) in ready {
             w(f);
         }
@@ -198,7 +230,7 @@ impl Shared {
             let mut mb = lock(&self.mailbox);
             if let Some(f) = mb.arrived.remove(&key) {
                 f
-            } else if let Some(message) = mb.failed.get(&key.0) {
+            } else if let Some(message) = mb.failure(key) {
                 Frame::Failed {
                     rank: key.0,
                     message: message.clone(),
@@ -286,6 +318,7 @@ impl Comm {
     /// fail what they expect from this rank instead of waiting for it.
     pub(crate) fn abort(&self, op: Op, error: Error) -> Error {
         let message = error.to_string();
+        *lock(&self.shared.last_error) = Some(message.clone());
         for dest in (0..self.size).filter(|&r| r != self.rank) {
             self.shared
                 .post(dest, op.0, u64::MAX, Kind::Abort, message.as_bytes());
@@ -361,6 +394,7 @@ impl World {
             thread: std::sync::OnceLock::new(),
             sent_bytes: AtomicU64::new(0),
             sent_frames: AtomicU64::new(0),
+            last_error: Mutex::new(None),
         });
         let s = Arc::clone(&shared);
         let progress = std::thread::Builder::new()
@@ -393,6 +427,17 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        // Whatever a peer still expects from this rank will not come: say so, and why.
+        let why = match lock(&self.comm.shared.last_error).take() {
+            Some(e) => format!("it stopped after an error: {e}"),
+            None => "it stopped before sending what this rank expected".to_owned(),
+        };
+        let me = self.comm.rank;
+        for dest in (0..self.comm.size).filter(|&r| r != me) {
+            self.comm
+                .shared
+                .post(dest, u64::MAX, u64::MAX, Kind::Leave, why.as_bytes());
+        }
         self.comm.shared.stop.store(true, Ordering::Release);
         self.comm.shared.wake();
         if let Some(t) = self.progress.take() {

@@ -17,6 +17,18 @@ pub enum ProcessMap {
     /// Every block of coupled sector `s` (a block of the matrix form) on rank `s % size`:
     /// the GEMMs of one sector stay on one rank.
     BySector,
+    /// Blocks on a `rows x cols` grid of ranks (`rows * cols` must be the job's size): the
+    /// block whose codomain tuple has number `r` and domain tuple number `c` (see
+    /// [`Block::tuple_numbers`](tessera_blocks::Block::tuple_numbers)) on rank
+    /// `(r % rows) * cols + c % cols`. This is the 2D block-cyclic placement of SUMMA: in a
+    /// product of tiled matrices under it, an `A` block travels along one grid row and a
+    /// `B` block along one grid column, not to every rank.
+    Grid {
+        /// Grid rows.
+        rows: usize,
+        /// Grid columns.
+        cols: usize,
+    },
     /// The owner of each block, in block order, as the user gives it.
     Explicit(Arc<[usize]>),
 }
@@ -32,6 +44,11 @@ impl Owners {
     /// The rank that owns block `id`.
     pub fn of(&self, id: usize) -> usize {
         self.owner[id]
+    }
+
+    /// The job size the owners were resolved for.
+    pub fn size(&self) -> usize {
+        self.size
     }
 
     /// The owners, in block order.
@@ -51,7 +68,7 @@ impl ProcessMap {
     /// # Errors
     ///
     /// [`Error::Map`] when an explicit map has not one rank per block, or names a rank
-    /// outside the job.
+    /// outside the job, or a grid does not have the job's size.
     pub fn resolve<S: AbelianSector>(
         &self,
         structure: &BlockStructure<S>,
@@ -61,6 +78,21 @@ impl ProcessMap {
         let owner: Arc<[usize]> = match self {
             ProcessMap::Cyclic => (0..n).map(|i| i % size).collect(),
             ProcessMap::BySector => structure.blocks().map(|b| b.coupled() % size).collect(),
+            &ProcessMap::Grid { rows, cols } => {
+                if rows.checked_mul(cols) != Some(size) {
+                    return Err(Error::Map {
+                        expected: format!("a grid of {size} ranks"),
+                        given: format!("a grid of {rows} x {cols}"),
+                    });
+                }
+                structure
+                    .blocks()
+                    .map(|b| {
+                        let (r, c) = b.tuple_numbers();
+                        (r % rows) * cols + c % cols
+                    })
+                    .collect()
+            }
             ProcessMap::Explicit(owner) => {
                 if owner.len() != n {
                     return Err(Error::Map {

@@ -36,6 +36,8 @@ fn main() {
     say("contractions");
     overlap(&comm);
     say("overlap");
+    an_error_on_every_rank_leaves_them_in_step(&comm);
+    say("an error on every rank");
     a_failed_task_fails_every_rank(&comm);
     say("a failed task");
     a_bad_input_on_one_rank_fails_every_rank(&comm);
@@ -109,10 +111,18 @@ fn maps<S: AbelianSector>(
     let explicit: Arc<[usize]> = (0..s.num_blocks())
         .map(|_| rng.gen_range(0..size))
         .collect();
+    let rows = (1..=size)
+        .filter(|r| size.is_multiple_of(*r) && r * r <= size)
+        .max()
+        .unwrap_or(1);
     vec![
         ProcessMap::Cyclic,
         ProcessMap::BySector,
         ProcessMap::Explicit(explicit),
+        ProcessMap::Grid {
+            rows,
+            cols: size / rows,
+        },
     ]
 }
 
@@ -237,9 +247,10 @@ fn contractions(comm: &Comm, rng: &mut ChaCha8Rng, kind: Kinds) {
             let b = AsyncArray::<f64, S>::random(Arc::clone(&sb), rng.r#gen());
             let want = c.apply(&a, &b).unwrap().to_dense().unwrap();
             let (ma, mb) = (maps(&sa, comm.size(), rng), maps(&sb, comm.size(), rng));
-            let out = [ProcessMap::Cyclic, ProcessMap::BySector][case % 2].clone();
-            let da = DistArray::scatter(comm, &a, &ma[case % 3]).unwrap();
-            let db = DistArray::scatter(comm, &b, &mb[(case / 3) % 3]).unwrap();
+            // The output under a cyclic, by-sector or grid map (an explicit one is sized for A).
+            let out = [ProcessMap::Cyclic, ProcessMap::BySector, ma[3].clone()][case % 3].clone();
+            let da = DistArray::scatter(comm, &a, &ma[case % 4]).unwrap();
+            let db = DistArray::scatter(comm, &b, &mb[(case / 4) % 4]).unwrap();
             let dc = contract(&c, &da, &db, &out).unwrap();
             let got = dc.gather().unwrap().to_dense().unwrap();
             let what = format!("{} case {case}: {:?}", std::any::type_name::<S>(), c.spec());
@@ -292,6 +303,43 @@ fn overlap(comm: &Comm) {
             "{names:?}"
         );
     }
+}
+
+/// A map that fits no rank's job is refused on every rank alike, with a typed error that
+/// says what was expected, and the ranks stay in step: the next operation works.
+fn an_error_on_every_rank_leaves_them_in_step(comm: &Comm) {
+    use tessera_blocks::U1;
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let s = Arc::new(random_structure::<U1>(&mut rng));
+    let a = AsyncArray::<f64, U1>::random(Arc::clone(&s), 3);
+    let da = DistArray::scatter(comm, &a, &ProcessMap::Cyclic).unwrap();
+    let grid = ProcessMap::Grid {
+        rows: comm.size() + 1,
+        cols: 1,
+    };
+    match da.redistribute(&grid) {
+        Err(Error::Map { expected, given }) => {
+            assert!(
+                expected.contains(&format!("a grid of {} ranks", comm.size())),
+                "{expected}"
+            );
+            assert!(
+                given.contains(&format!("{} x 1", comm.size() + 1)),
+                "{given}"
+            );
+        }
+        other => panic!("rank {}: expected a map error, got {other:?}", comm.rank()),
+    }
+    // Nothing was written: the array is whole, and the ranks go on together.
+    close(
+        da.norm().unwrap(),
+        a.norm().get().unwrap(),
+        "after a refused map",
+    );
+    assert_eq!(
+        da.gather().unwrap().to_dense().unwrap(),
+        a.to_dense().unwrap()
+    );
 }
 
 /// A kernel fails on the last rank, poisoning every block it owns of `A`: a contraction that
