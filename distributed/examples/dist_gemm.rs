@@ -14,7 +14,7 @@
 //! The workloads: a U(1) block-diagonal product (21 sectors of 256; with `B` placed on the
 //! next rank, so every `B` block moves once), and a dense 1024 x 1024 product tiled 8 x 8
 //! (`Trivial` sectors: every output tile needs a row of `A` tiles and a column of `B`
-//! tiles, the communication pattern of SUMMA).
+//! tiles), under a cyclic map and under the 2D grid of SUMMA.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,7 +56,24 @@ fn gemm<S: tessera_blocks::AbelianSector>(
         }
     }
     let t = median(times);
+    // The baseline: the same product on whole arrays in this process, no MPI (on one rank,
+    // the distributed run's overhead; on more, each rank runs it at once, sharing the cores).
+    let mut local = Vec::new();
+    for rep in 0..=reps {
+        let t = Instant::now();
+        spec.apply(&a, &b)?.norm().get()?;
+        if rep > 0 {
+            local.push(t.elapsed());
+        }
+    }
+    let local = median(local);
     if comm.rank() == 0 {
+        println!(
+            "{:<28} ranks {}  median {:>9.3} ms  (local baseline, every rank at once)",
+            "",
+            comm.size(),
+            local.as_secs_f64() * 1e3
+        );
         println!(
             "{name:<28} ranks {}  median {:>9.3} ms  {:>7.2} GFLOP/s  rank 0 sent {:>10} B/rep",
             comm.size(),
@@ -126,15 +143,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         reps,
     )?;
 
-    let t = Leg::new(Direction::In, (0..8).map(|_| (Trivial, 128)))?;
+    let t = Leg::tiled(Direction::In, (0..8).map(|_| (Trivial, 128)))?;
     let tiles = Arc::new(BlockStructure::new([t.clone()], [t.dual()], Trivial)?);
     gemm(
         comm,
-        "dense_1024 tiled 8x8",
+        "dense_1024 tiled 8x8, cyclic",
         &tiles,
         [&ProcessMap::Cyclic; 3],
         reps,
     )?;
+    let rows = (1..=size)
+        .filter(|r| size.is_multiple_of(*r) && r * r <= size)
+        .max()
+        .unwrap_or(1);
+    let grid = ProcessMap::Grid {
+        rows,
+        cols: size / rows,
+    };
+    gemm(comm, "dense_1024 tiled 8x8, grid", &tiles, [&grid; 3], reps)?;
 
     if size >= 2 {
         for n in [1, 1 << 10, 1 << 14, 1 << 17, 1 << 20] {

@@ -132,7 +132,9 @@ pub(crate) fn send_block<T: Scalar, S: AbelianSector>(
     }
     let comm = comm.clone();
     let read = src.block(l)?.into_read();
+    let guard = comm.send_guard();
     schedule_deferred_named("mpi send", read, move |done| {
+        let _handed_over = guard;
         if let Some(failure) = done.poisoned() {
             let why = failure.to_string();
             dests

@@ -22,7 +22,8 @@
 //!   `World` dropped, after an error or at the end) says so (a *leave* frame): every receive
 //!   from it still undelivered fails, naming its last error. Frames between two ranks
 //!   arrive in the order sent, so nothing it sent before is lost.
-//! - Shutdown: the progress thread stops once its sends have completed and every rank has
+//! - Shutdown: a rank stops once every send task it scheduled has handed its frames over;
+//!   then the progress thread stops once its sends have completed and every rank has
 //!   reached the same point (a non-blocking barrier while it keeps receiving), so no rank
 //!   finalises MPI while a peer still sends to it.
 
@@ -147,6 +148,19 @@ struct Shared {
     /// The last error an operation of this rank aborted with (told to the others when it
     /// stops).
     last_error: Mutex<Option<String>>,
+    /// Send tasks scheduled that have not handed their frames over yet: a rank stops only
+    /// when there are none (its leave frame must follow everything it was to send).
+    pending_sends: AtomicU64,
+}
+
+/// Counts one send task from its scheduling until it has handed its frames over (or was
+/// dropped unrun): dropping the guard ends it.
+pub(crate) struct SendGuard(Arc<Shared>);
+
+impl Drop for SendGuard {
+    fn drop(&mut self) {
+        self.0.pending_sends.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -292,6 +306,12 @@ impl Comm {
         Op(self.next_op.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// Counts a send task until the guard is dropped (see [`SendGuard`]).
+    pub(crate) fn send_guard(&self) -> SendGuard {
+        self.shared.pending_sends.fetch_add(1, Ordering::AcqRel);
+        SendGuard(Arc::clone(&self.shared))
+    }
+
     /// Sends `payload` to `dest` as item `item` of `op`.
     pub(crate) fn send(&self, dest: usize, op: Op, item: u64, payload: &[u8]) {
         self.shared.post(dest, op.0, item, Kind::Data, payload);
@@ -395,6 +415,7 @@ impl World {
             sent_bytes: AtomicU64::new(0),
             sent_frames: AtomicU64::new(0),
             last_error: Mutex::new(None),
+            pending_sends: AtomicU64::new(0),
         });
         let s = Arc::clone(&shared);
         let progress = std::thread::Builder::new()
@@ -427,6 +448,11 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        // Every send task hands its frames over first (the progress thread runs meanwhile):
+        // a send may wait for a block that a frame from a peer is still to fill.
+        while self.comm.shared.pending_sends.load(Ordering::Acquire) > 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
         // Whatever a peer still expects from this rank will not come: say so, and why.
         let why = match lock(&self.comm.shared.last_error).take() {
             Some(e) => format!("it stopped after an error: {e}"),
