@@ -28,32 +28,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// The type-erased state of a started deferred task: what publishing its outcome needs.
 pub(crate) struct Deferred {
-    node: Arc<TaskNode>,
-    runtime: Runtime,
-    name: &'static str,
-    accesses: AccessList,
-    inherited: Option<std::sync::Arc<TaskFailure>>,
-    started: Option<std::time::Instant>,
-}
-
-impl Deferred {
-    pub(crate) fn new(
-        node: Arc<TaskNode>,
-        runtime: Runtime,
-        name: &'static str,
-        accesses: AccessList,
-        inherited: Option<std::sync::Arc<TaskFailure>>,
-        started: Option<std::time::Instant>,
-    ) -> Self {
-        Self {
-            node,
-            runtime,
-            name,
-            accesses,
-            inherited,
-            started,
-        }
-    }
+    pub(crate) node: Arc<TaskNode>,
+    pub(crate) runtime: Runtime,
+    pub(crate) name: &'static str,
+    pub(crate) accesses: AccessList,
+    /// The failure a poisoned input carries.
+    pub(crate) inherited: Option<std::sync::Arc<TaskFailure>>,
+    /// When the task started, while the runtime records a trace.
+    pub(crate) started: Option<std::time::Instant>,
 }
 
 /// The handle of a started deferred task (see [`Runtime::schedule_deferred_named`]): the task

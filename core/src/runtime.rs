@@ -20,6 +20,10 @@
 //!   overwrite that succeeds clears the poison of what it wrote.
 //! - A job's buffers (and so the owner tokens of the storage it touches) are dropped after its
 //!   outputs are published and before its successors are released.
+//! - A deferred job (`Body::Defer`, see `deferred`) is *started* where a kernel would run,
+//!   even on poisoned inputs; it completes later, on whatever thread completes its
+//!   `Completion`, with the same publish-then-drop-then-release order. Until then the
+//!   worker that started it has moved on, and its successors wait.
 //!
 //! # Eager tasks never nest
 //!
@@ -679,14 +683,14 @@ fn run_job(node: &Arc<TaskNode>, job: Job) -> bool {
     let kernel = match kernel {
         Body::Run(kernel) => kernel,
         Body::Defer(start) => {
-            let deferred = Deferred::new(
-                Arc::clone(node),
+            let deferred = Deferred {
+                node: Arc::clone(node),
                 runtime,
                 name,
                 accesses,
                 inherited,
                 started,
-            );
+            };
             // A panicking start drops its `Deferred` while unwinding, which fails the task.
             let previous = CURRENT_TASK.with(|c| c.replace(Some(node.id())));
             let _ = catch_unwind(AssertUnwindSafe(move || start(deferred)));

@@ -2,15 +2,16 @@
 //! of an MPI job, with communication scheduled as runtime tasks.
 //!
 //! Everything here is behind the `mpi` feature (it links the system MPI, OpenMPI here,
-//! through rsmpi); without it the crate is empty.
+//! through rsmpi); without it the crate is empty. (These docs name the items without
+//! links, so that they build either way.)
 //!
-//! - [`World`]: MPI for this process (thread level `Multiple`) and the progress thread that
-//!   moves its messages; [`Comm`]: the handle operations take.
-//! - [`ProcessMap`]: which rank owns each block (cyclic, by sector, or given).
-//! - [`DistArray`]: the same structure on every rank, each block's elements on its owner, in
+//! - `World`: MPI for this process (thread level `Multiple`) and the progress thread that
+//!   moves its messages; `Comm`: the handle operations take.
+//! - `ProcessMap`: which rank owns each block (cyclic, by sector, or given).
+//! - `DistArray`: the same structure on every rank, each block's elements on its owner, in
 //!   one local allocation with a hazard record per block. Scatter, gather, redistribution,
 //!   norm and inner products.
-//! - [`contract`]: contractions planned on every rank from the structures alone, each output
+//! - `contract`: contractions planned on every rank from the structures alone, each output
 //!   block computed by its owner from the operand blocks sent to it.
 //!
 //! Sends and receives are tasks of the runtime: a send waits only for the block it sends, a
