@@ -112,32 +112,48 @@ pub fn contract<T: Field, S: AbelianSector>(
         );
         let me = comm.rank();
         // Each operand's working copy: the blocks this rank needs, owned or received.
-        let mut working = Vec::with_capacity(2);
+        // Each operand as this rank reads it: its own local array when every block it needs
+        // is its own (the pairs that write other ranks' blocks are not planned), else a
+        // working copy of the blocks it needs, owned or received.
+        let mut working: [Option<AsyncArray<T, S>>; 2] = [None, None];
         for (which, (x, need)) in [(a, &need_a), (b, &need_b)].into_iter().enumerate() {
-            let (structure, id) =
-                restricted(x.structure(), |g| need[g].binary_search(&me).is_ok())?;
-            let w = AsyncArray::try_empty(structure)?;
+            let needed = |g: usize| need[g].binary_search(&me).is_ok();
+            let receives = (0..need.len()).any(|g| needed(g) && x.local_id(g).is_none());
+            let copy = if receives {
+                let (structure, id) = restricted(x.structure(), needed)?;
+                Some((AsyncArray::try_empty(structure)?, id))
+            } else {
+                None
+            };
             for (g, ranks) in need.iter().enumerate() {
                 let item = (2 * g + which) as u64;
-                let owner = x.owners().of(g);
-                match x.local_id(g) {
-                    Some(l) => {
+                match (x.local_id(g), &copy) {
+                    (Some(l), copy) => {
                         let others = ranks.iter().copied().filter(|&r| r != me).collect();
                         send_block(comm, op, item, x.local(), l, others)?;
-                        if id[g] != usize::MAX {
-                            copy_block(x.local(), l, &w, id[g])?;
+                        if let Some((w, id)) = copy
+                            && id[g] != usize::MAX
+                        {
+                            copy_block(x.local(), l, w, id[g])?;
                         }
                     }
-                    None if id[g] != usize::MAX => recv_block(comm, op, item, owner, &w, id[g])?,
-                    None => {}
+                    (None, Some((w, id))) if id[g] != usize::MAX => {
+                        recv_block(comm, op, item, x.owners().of(g), w, id[g])?;
+                    }
+                    (None, _) => {}
                 }
             }
-            working.push(w);
+            working[which] = copy.map(|(w, _)| w);
         }
+        let [wa, wb] = &working;
         let me_owns = |g: usize| owners.of(g) == me;
         let (mine, local_id) = restricted(&output, me_owns)?;
         let local = AsyncArray::try_empty(mine)?;
-        contraction.apply_into(&working[0], &working[1], &local)?;
+        contraction.apply_into(
+            wa.as_ref().unwrap_or(a.local()),
+            wb.as_ref().unwrap_or(b.local()),
+            &local,
+        )?;
         Ok(DistArray::from_parts(comm, output, owners, local, local_id))
     })
 }
