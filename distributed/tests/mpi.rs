@@ -144,6 +144,21 @@ fn round_trips(comm: &Comm, rng: &mut ChaCha8Rng, kind: Kinds) {
             for (m, map) in ms.iter().enumerate() {
                 let what = format!("{} case {case} map {m}", std::any::type_name::<S>());
                 let dx = DistArray::scatter(comm, &x, map).unwrap();
+                // A handle on a block is this rank's to take only if it owns the block.
+                for g in 0..s.num_blocks() {
+                    let mine = dx.owners().of(g) == comm.rank();
+                    match dx.block(g) {
+                        Ok(_) => assert!(mine, "{what}: a handle on another rank's block {g}"),
+                        Err(Error::Map { given, .. }) => {
+                            assert!(!mine, "{what}: block {g} refused to its owner");
+                            assert!(
+                                given.contains(&format!("block {g}, owned by rank")),
+                                "{given}"
+                            );
+                        }
+                        Err(e) => panic!("{what}: {e}"),
+                    }
+                }
                 assert_eq!(
                     dx.gather().unwrap().to_dense().unwrap(),
                     want,
