@@ -25,7 +25,8 @@
 //! - Shutdown: a rank stops once every send task it scheduled has handed its frames over;
 //!   then the progress thread stops once its sends have completed and every rank has
 //!   reached the same point (a non-blocking barrier while it keeps receiving), so no rank
-//!   finalises MPI while a peer still sends to it.
+//!   finalises MPI while a peer still sends to it. After that every receive still waiting,
+//!   and every one registered later, fails: no frame can arrive.
 
 use crate::error::Error;
 use mpi::Threading;
@@ -38,6 +39,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// Why a receive fails once this rank's `World` is gone.
+const CLOSED: &str = "this rank's World was dropped before the frame arrived";
 
 /// The one tag every frame travels under (frames carry their key in their header).
 const TAG: i32 = 7;
@@ -100,14 +104,18 @@ struct Mailbox {
     aborted: HashMap<(usize, u64), String>,
     /// Ranks that stopped, and why.
     left: HashMap<usize, String>,
+    /// This rank's `World` was dropped: no frame arrives any more.
+    closed: bool,
 }
 
 impl Mailbox {
     /// Why a receive of `key` will never get its frame, if it will not.
-    fn failure(&self, key: Key) -> Option<&String> {
+    fn failure(&self, key: Key) -> Option<&str> {
         self.aborted
             .get(&(key.0, key.1))
             .or_else(|| self.left.get(&key.0))
+            .map(String::as_str)
+            .or(self.closed.then_some(CLOSED))
     }
 
     /// Takes the waiters `which` selects, each with the failure `message` from `rank`.
@@ -247,7 +255,7 @@ impl Shared {
             } else if let Some(message) = mb.failure(key) {
                 Frame::Failed {
                     rank: key.0,
-                    message: message.clone(),
+                    message: message.to_owned(),
                 }
             } else {
                 mb.waiting.insert(key, waiter);
@@ -468,6 +476,15 @@ impl Drop for World {
         self.comm.shared.wake();
         if let Some(t) = self.progress.take() {
             let _ = t.join();
+        }
+        // Nothing delivers frames any more: what still waits, and what will, fails.
+        let failed = {
+            let mut mb = lock(&self.comm.shared.mailbox);
+            mb.closed = true;
+            mb.fail_waiting(me, CLOSED, |_| true)
+        };
+        for (w, f) in failed {
+            w(f);
         }
     }
 }

@@ -42,7 +42,19 @@ fn main() {
     say("a failed task");
     a_bad_input_on_one_rank_fails_every_rank(&comm);
     say("a bad input on one rank");
+    let left = after_the_world(&comm);
     drop(world);
+    // Work submitted after MPI is gone fails instead of waiting for frames.
+    if comm.size() > 1 {
+        let full = left.gather().unwrap();
+        assert!(
+            full.to_dense().is_err(),
+            "rank {}: a gather after the World",
+            comm.rank()
+        );
+        assert!(left.norm().is_err());
+    }
+    say("after the World");
 }
 
 fn relaunch() {
@@ -318,6 +330,14 @@ fn overlap(comm: &Comm) {
             "{names:?}"
         );
     }
+}
+
+/// An array to use once the World is dropped (made while it lives).
+fn after_the_world(comm: &Comm) -> DistArray<f64, tessera_blocks::U1> {
+    use tessera_blocks::U1;
+    let leg = Leg::new(tessera_blocks::Direction::In, [(U1(0), 2), (U1(1), 3)]).unwrap();
+    let s = Arc::new(BlockStructure::new([leg.clone()], [leg.dual()], U1(0)).unwrap());
+    DistArray::scatter(comm, &AsyncArray::random(s, 8), &ProcessMap::Cyclic).unwrap()
 }
 
 /// A map that fits no rank's job is refused on every rank alike, with a typed error that
