@@ -3,15 +3,22 @@
 //!
 //! ```sh
 //! cargo build --release -p tessera-distributed --features mpi --example dist_gemm
-//! mpirun --allow-run-as-root --oversubscribe -n 2 target/release/examples/dist_gemm [reps]
+//! mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 target/release/examples/dist_gemm [reps]
 //! ```
+//!
+//! `--bind-to none`: by default mpirun binds each rank of a small job to one core, and the
+//! runtime's workers of a rank then share that core (one rank ran the U(1) product at 20 ms
+//! bound, 12 ms unbound, on the 2-core machine of `docs/SCALING.md`). On a cluster, give each
+//! rank its cores instead (`--map-by node:PE=<cores>`).
 //!
 //! Rank 0 prints, per workload, the median time of `reps` repetitions (default 5) from
 //! submission to the norm of the result (which waits for every rank's blocks), the rate,
 //! and the bytes this rank sent per repetition; then, on two ranks or more, the round trip
 //! of one block between ranks 0 and 1 by size (half of it is the one-way time).
 //!
-//! The workloads: a U(1) block-diagonal product (21 sectors of 256; with `B` placed on the
+//! The workloads: the two-site DMRG effective Hamiltonian `L W W R theta` as a chain of
+//! four distributed contractions, on the structures of `benches/data/` (the contraction
+//! bench's), beside the same chain in one process; a U(1) block-diagonal product (21 sectors of 256; with `B` placed on the
 //! next rank, so every `B` block moves once), and a dense 1024 x 1024 product tiled 8 x 8
 //! (`Trivial` sectors: every output tile needs a row of `A` tiles and a column of `B`
 //! tiles), under a cyclic map and under the 2D grid of SUMMA.
@@ -19,8 +26,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, Trivial, U1};
-use tessera_contract::Contraction;
+use tessera_contract::{Contraction, Spec};
 use tessera_distributed::{Comm, DistArray, ProcessMap, World, contract};
+
+// As the other drivers and the benches: large temporaries come back without page faults.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn median(mut t: Vec<Duration>) -> Duration {
     t.sort();
@@ -80,6 +91,195 @@ fn gemm<S: tessera_blocks::AbelianSector>(
             t.as_secs_f64() * 1e3,
             flops / t.as_secs_f64() / 1e9,
             sent
+        );
+    }
+    Ok(())
+}
+
+/// A named tensor of the H_eff files: its leg labels and its data.
+struct Named {
+    labels: Vec<String>,
+    array: AsyncArray<f64, U1>,
+}
+
+/// The operands and chain of `benches/data/heff_heisenberg_chi{chi}.json` (the format the
+/// contraction bench and `benches/compare` read): operands by name, and the chain's steps
+/// `(A, B, A's contracted labels, B's)`, tensordot-style, the running result named `T`.
+type Chain = Vec<(String, String, Vec<String>, Vec<String>)>;
+
+fn load_heff(chi: usize) -> Result<(Vec<(String, Named)>, Chain), Box<dyn std::error::Error>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../benches/data/heff_heisenberg_chi{chi}.json"));
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_owned).ok_or("a string");
+    let mut named = Vec::new();
+    let ops = json["operands"].as_object().ok_or("operands")?;
+    for (seed, (name, op)) in ops.iter().enumerate() {
+        let (mut labels, mut legs) = (Vec::new(), Vec::new());
+        for l in op["legs"].as_array().ok_or("legs")? {
+            labels.push(text(&l["label"])?);
+            let dir = Direction::from_sign(l["dir"].as_i64().ok_or("dir")?)?;
+            let sectors = l["sectors"].as_array().ok_or("sectors")?.iter().map(|s| {
+                let q = s[0].as_i64().unwrap_or(0) as i32;
+                (U1(q), s[1].as_u64().unwrap_or(0) as usize)
+            });
+            legs.push(Leg::new(dir, sectors)?);
+        }
+        // Split as a DMRG code keeps them (the contraction bench does the same).
+        let split = match name.as_str() {
+            "LP" | "RP" => 2,
+            "theta" => 1,
+            _ => legs.len() / 2,
+        };
+        let flux = U1(op["flux"][0].as_i64().ok_or("flux")? as i32);
+        let s = BlockStructure::from_legs(legs, split, flux)?;
+        let array = AsyncArray::random(s, seed as u64 + 1);
+        named.push((name.clone(), Named { labels, array }));
+    }
+    let strings = |v: &serde_json::Value| -> Result<Vec<String>, &'static str> {
+        v.as_array().ok_or("labels")?.iter().map(text).collect()
+    };
+    let mut chain = Vec::new();
+    for step in json["chain"].as_array().ok_or("chain")? {
+        chain.push((
+            text(&step[0])?,
+            text(&step[1])?,
+            strings(&step[2])?,
+            strings(&step[3])?,
+        ));
+    }
+    Ok((named, chain))
+}
+
+/// The contraction of one tensordot step and the labels of its result (`A`'s free legs,
+/// then `B`'s).
+fn step(
+    a: &[String],
+    b: &[String],
+    ka: &[String],
+    kb: &[String],
+) -> Result<(Contraction, Vec<String>), Box<dyn std::error::Error>> {
+    let pos = |l: &[String], x: &String| l.iter().position(|y| y == x).ok_or("a label");
+    let axes_a = ka
+        .iter()
+        .map(|x| pos(a, x))
+        .collect::<Result<Vec<_>, _>>()?;
+    let axes_b = kb
+        .iter()
+        .map(|x| pos(b, x))
+        .collect::<Result<Vec<_>, _>>()?;
+    let spec = Spec::tensordot(a.len(), b.len(), &axes_a, &axes_b)?;
+    let free_a = a.iter().filter(|l| !ka.contains(l));
+    let free_b = b.iter().filter(|l| !kb.contains(l));
+    Ok((
+        Contraction::from_spec(spec),
+        free_a.chain(free_b).cloned().collect(),
+    ))
+}
+
+/// The two-site H_eff chain on the DMRG structures of bond dimension `chi`, distributed
+/// (operands and every intermediate `Cyclic`, theta `BySector`), beside the same chain in
+/// one process.
+fn heff(comm: &Comm, chi: usize, reps: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let (named, chain) = load_heff(chi)?;
+    let find = |n: &str| {
+        named
+            .iter()
+            .find(|x| x.0 == n)
+            .map(|x| &x.1)
+            .ok_or("an operand")
+    };
+    let mut steps = Vec::new();
+    let mut labels_t: Vec<String> = Vec::new();
+    for (a, b, ka, kb) in &chain {
+        let la = if a == "T" {
+            &labels_t
+        } else {
+            &find(a)?.labels
+        };
+        let lb = if b == "T" {
+            &labels_t
+        } else {
+            &find(b)?.labels
+        };
+        let (c, out) = step(la, lb, ka, kb)?;
+        steps.push((a.clone(), b.clone(), c));
+        labels_t = out;
+    }
+    let map_of = |n: &str| {
+        if n == "theta" {
+            ProcessMap::BySector
+        } else {
+            ProcessMap::Cyclic
+        }
+    };
+    let dist: Vec<(String, DistArray<f64, U1>)> = named
+        .iter()
+        .map(|(n, x)| Ok((n.clone(), DistArray::scatter(comm, &x.array, &map_of(n))?)))
+        .collect::<Result<_, Box<dyn std::error::Error>>>()?;
+    let dfind = |n: &str| {
+        dist.iter()
+            .find(|x| x.0 == n)
+            .map(|x| &x.1)
+            .ok_or("an operand")
+    };
+    let (mut times, mut local, mut sent, mut flops) = (Vec::new(), Vec::new(), 0, 0.0);
+    for rep in 0..=reps {
+        let (before, _) = comm.sent();
+        let t = Instant::now();
+        let mut running: Option<DistArray<f64, U1>> = None;
+        for (a, b, c) in &steps {
+            let x = if a == "T" {
+                running.as_ref().ok_or("T")?
+            } else {
+                dfind(a)?
+            };
+            let y = if b == "T" {
+                running.as_ref().ok_or("T")?
+            } else {
+                dfind(b)?
+            };
+            running = Some(contract(c, x, y, &ProcessMap::Cyclic)?);
+        }
+        running.ok_or("a chain")?.norm()?;
+        let elapsed = t.elapsed();
+        // The same chain in this process.
+        let t = Instant::now();
+        let mut one: Option<AsyncArray<f64, U1>> = None;
+        let mut f = 0.0;
+        for (a, b, c) in &steps {
+            let x = if a == "T" {
+                one.as_ref().ok_or("T")?
+            } else {
+                &find(a)?.array
+            };
+            let y = if b == "T" {
+                one.as_ref().ok_or("T")?
+            } else {
+                &find(b)?.array
+            };
+            f += c.plan(x, y)?.flops() as f64;
+            one = Some(c.apply(x, y)?);
+        }
+        one.ok_or("a chain")?.norm().get()?;
+        if rep > 0 {
+            times.push(elapsed);
+            local.push(t.elapsed());
+            sent = comm.sent().0 - before;
+            flops = f;
+        }
+    }
+    let (t, l) = (median(times), median(local));
+    if comm.rank() == 0 {
+        println!(
+            "{:<28} ranks {}  median {:>9.3} ms  {:>7.2} GFLOP/s  rank 0 sent {:>10} B/rep  \
+             (one process: {:.3} ms)",
+            format!("heff chi{chi} (4 contractions)"),
+            comm.size(),
+            t.as_secs_f64() * 1e3,
+            flops / t.as_secs_f64() / 1e9,
+            sent,
+            l.as_secs_f64() * 1e3
         );
     }
     Ok(())
@@ -170,6 +370,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cols: size / rows,
     };
     gemm(comm, "dense_1024 tiled 8x8, grid", &tiles, [&grid; 3], reps)?;
+
+    for chi in [128, 256, 512] {
+        heff(comm, chi, reps)?;
+    }
 
     if size >= 2 {
         // A first pass unprinted: the first frames between two ranks set up their channel.
