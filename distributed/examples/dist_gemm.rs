@@ -107,7 +107,9 @@ struct Named {
 /// `(A, B, A's contracted labels, B's)`, tensordot-style, the running result named `T`.
 type Chain = Vec<(String, String, Vec<String>, Vec<String>)>;
 
-fn load_heff(chi: usize) -> Result<(Vec<(String, Named)>, Chain), Box<dyn std::error::Error>> {
+type Loaded = (Vec<(String, Named)>, Chain);
+
+fn load_heff(chi: usize) -> Result<Loaded, Box<dyn std::error::Error>> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(format!("../benches/data/heff_heisenberg_chi{chi}.json"));
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
