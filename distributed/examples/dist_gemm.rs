@@ -363,14 +363,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         [&ProcessMap::Cyclic; 3],
         reps,
     )?;
-    let rows = (1..=size)
-        .filter(|r| size.is_multiple_of(*r) && r * r <= size)
-        .max()
-        .unwrap_or(1);
-    let grid = ProcessMap::Grid {
-        rows,
-        cols: size / rows,
-    };
+    let grid = ProcessMap::square_grid(size);
     gemm(comm, "dense_1024 tiled 8x8, grid", &tiles, [&grid; 3], reps)?;
 
     for chi in [128, 256, 512] {

@@ -205,7 +205,18 @@ impl<T: Scalar, S: AbelianSector> DistArray<T, S> {
         structure: impl Into<Arc<BlockStructure<S>>>,
         map: &ProcessMap,
     ) -> Result<Self, Error> {
-        let structure = structure.into();
+        Self::placed(comm, structure.into(), map, true)
+    }
+
+    /// The array placed by `map`, its local blocks `zeroed` (for [`zeros`](Self::zeros)) or
+    /// left as they come (for the operations that overwrite every local block: `scatter`,
+    /// `redistribute`).
+    fn placed(
+        comm: &Comm,
+        structure: Arc<BlockStructure<S>>,
+        map: &ProcessMap,
+        zeroed: bool,
+    ) -> Result<Self, Error> {
         let op = comm.begin();
         comm.or_abort(op, || {
             let owners = map.resolve(&structure, comm.size())?;
@@ -213,7 +224,11 @@ impl<T: Scalar, S: AbelianSector> DistArray<T, S> {
             let (local, local_id) = restricted(&structure, |g| owners.of(g) == me)?;
             Ok(Self {
                 comm: comm.clone(),
-                local: AsyncArray::try_zeros(local)?,
+                local: if zeroed {
+                    AsyncArray::try_zeros(local)?
+                } else {
+                    AsyncArray::try_empty(local)?
+                },
                 structure,
                 owners,
                 local_id: local_id.into(),
@@ -233,7 +248,8 @@ impl<T: Scalar, S: AbelianSector> DistArray<T, S> {
         global: &AsyncArray<T, S>,
         map: &ProcessMap,
     ) -> Result<Self, Error> {
-        let out = Self::zeros(comm, Arc::clone(global.structure()), map)?;
+        // Every local block is overwritten below.
+        let out = Self::placed(comm, Arc::clone(global.structure()), map, false)?;
         for (g, &l) in out.local_id.iter().enumerate() {
             if l != ABSENT {
                 copy_block(global, g, &out.local, l)?;
@@ -251,7 +267,8 @@ impl<T: Scalar, S: AbelianSector> DistArray<T, S> {
     pub fn gather(&self) -> Result<AsyncArray<T, S>, Error> {
         let op = self.comm.begin();
         self.comm.or_abort(op, || {
-            let full = AsyncArray::try_zeros(Arc::clone(&self.structure))?;
+            // Every block is overwritten below, by a copy or a receive.
+            let full = AsyncArray::try_empty(Arc::clone(&self.structure))?;
             let me = self.comm.rank();
             let others: Vec<usize> = (0..self.comm.size()).filter(|&r| r != me).collect();
             for g in 0..self.structure.num_blocks() {
@@ -275,7 +292,8 @@ impl<T: Scalar, S: AbelianSector> DistArray<T, S> {
     ///
     /// As [`zeros`](Self::zeros).
     pub fn redistribute(&self, map: &ProcessMap) -> Result<Self, Error> {
-        let out = Self::zeros(&self.comm, Arc::clone(&self.structure), map)?;
+        // Every local block is overwritten below, by a copy or a receive.
+        let out = Self::placed(&self.comm, Arc::clone(&self.structure), map, false)?;
         let op = self.comm.begin();
         self.comm.or_abort(op, || {
             let me = self.comm.rank();

@@ -63,6 +63,20 @@ impl Owners {
 }
 
 impl ProcessMap {
+    /// The squarest [`Grid`](ProcessMap::Grid) of `size` ranks: `rows` the largest divisor
+    /// of `size` at most its square root (1 x 1, 1 x 2, 2 x 2, 2 x 3, ...), which makes
+    /// SUMMA's volume `(cols - 1)|A| + (rows - 1)|B|` smallest.
+    pub fn square_grid(size: usize) -> Self {
+        let rows = (1..=size)
+            .filter(|r| size.is_multiple_of(*r) && r * r <= size)
+            .max()
+            .unwrap_or(1);
+        ProcessMap::Grid {
+            rows,
+            cols: size.max(1) / rows,
+        }
+    }
+
     /// The owner of every block of `structure` in a job of `size` ranks.
     ///
     /// # Errors
@@ -110,5 +124,29 @@ impl ProcessMap {
             }
         };
         Ok(Owners { owner, size })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProcessMap;
+
+    #[test]
+    fn the_square_grid_has_the_largest_rows_up_to_the_square_root() {
+        for (size, rows, cols) in [
+            (1, 1, 1),
+            (2, 1, 2),
+            (4, 2, 2),
+            (6, 2, 3),
+            (7, 1, 7),
+            (9, 3, 3),
+            (12, 3, 4),
+        ] {
+            assert_eq!(
+                ProcessMap::square_grid(size),
+                ProcessMap::Grid { rows, cols },
+                "{size}"
+            );
+        }
     }
 }

@@ -123,18 +123,11 @@ fn maps<S: AbelianSector>(
     let explicit: Arc<[usize]> = (0..s.num_blocks())
         .map(|_| rng.gen_range(0..size))
         .collect();
-    let rows = (1..=size)
-        .filter(|r| size.is_multiple_of(*r) && r * r <= size)
-        .max()
-        .unwrap_or(1);
     vec![
         ProcessMap::Cyclic,
         ProcessMap::BySector,
         ProcessMap::Explicit(explicit),
-        ProcessMap::Grid {
-            rows,
-            cols: size / rows,
-        },
+        ProcessMap::square_grid(size),
     ]
 }
 
