@@ -86,6 +86,15 @@ pub enum Error {
         given: String,
     },
 
+    /// Singular values, or kept dimensions, that cannot be what they are given as.
+    #[error("expected {expected}, but {given}")]
+    BadValues {
+        /// What they must be.
+        expected: String,
+        /// What was given.
+        given: String,
+    },
+
     /// A tensor that is not a map of a space to itself, given to a Hermitian
     /// eigendecomposition.
     #[error(

@@ -27,7 +27,7 @@ use faer::MatRef;
 use std::sync::Arc;
 use tessera_backends::cpu::matrix_ref;
 use tessera_backends::{Field, Scalar};
-use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Direction, Leg};
+use tessera_blocks::{AbelianSector, AsyncArray, BitVec, BlockStructure, Direction, Leg};
 use tessera_core::KernelError;
 
 /// The structure with `s`'s legs, split and flux and every allowed block, or `None` when
@@ -43,6 +43,32 @@ pub(crate) fn full_structure<S: AbelianSector>(
         s.n_codomain(),
         s.flux().clone(),
     )?)))
+}
+
+/// The structure with `s`'s legs, split and flux whose blocks are every allowed block of
+/// each coupled sector in which `s` has a block, or `None` when `s` is that already: what a
+/// factorization of only the present sectors factors, each sector whole.
+pub(crate) fn present_sectors_whole<S: AbelianSector>(
+    s: &BlockStructure<S>,
+) -> Result<Option<Arc<BlockStructure<S>>>, Error> {
+    let Some(full) = full_structure(s)? else {
+        return Ok(None);
+    };
+    let present: std::collections::HashSet<&S> = s
+        .sectors()
+        .iter()
+        .filter(|c| !c.blocks().is_empty())
+        .map(|c| c.sector())
+        .collect();
+    let mask: BitVec = full
+        .blocks()
+        .map(|b| present.contains(full.sectors()[b.coupled()].sector()))
+        .collect();
+    let whole = full.with_present(&mask)?;
+    if whole.num_blocks() == s.num_blocks() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(whole)))
 }
 
 /// `a` on the structure with every allowed block, absent blocks as zeros, or `None` when

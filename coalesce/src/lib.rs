@@ -59,6 +59,8 @@ pub use kernels::{Factorize, HostSvd};
 pub use qr::{Lq, Qr, lq, qr};
 pub use region::{Matrices, MatricesMut, SectorAlias, SectorRegion, SectorsAlias, SectorsRegion};
 pub use su2::{Su2Eigh, Su2Qr, Su2Svd, eigh_su2, qr_su2, svd_su2};
-pub use svd::{SingularValues, Svd, svd, svd_weighted};
-pub use truncation::Truncation;
+pub use svd::{
+    SectorSvds, SingularValues, Svd, SvdLayout, svd, svd_layout, svd_sectors, svd_weighted,
+};
+pub use truncation::{Kept, Truncation};
 pub use view::{Coalesce, SectorBatches};

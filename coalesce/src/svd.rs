@@ -16,12 +16,14 @@
 //! for them.
 
 use crate::error::Error;
-use crate::factor::{bond_leg, diagonal_structure, left_structure, right_structure};
+use crate::factor::{
+    bond_leg, diagonal_structure, left_structure, present_sectors_whole, right_structure,
+};
 use crate::kernels::{Factorize, SVD_TASK};
 use crate::truncation::Truncation;
 use std::sync::Arc;
 use tessera_backends::{Field, Host, Placement, Real, Scalar};
-use tessera_blocks::{AbelianSector, AsyncArray, Leg, Tensor};
+use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Leg, Tensor};
 use tessera_core::{Async, Runtime};
 
 /// The singular values kept, per segment of the bond leg, each non-increasing.
@@ -32,6 +34,25 @@ pub struct SingularValues<R, S> {
 }
 
 impl<R: Scalar, S: AbelianSector> SingularValues<R, S> {
+    /// The values `values[i]` on segment `i` of the bond leg `leg` (as `U`'s domain leg), for
+    /// a caller that truncates itself ([`svd_sectors`] and [`Truncation::select`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadValues`] when there is not one list per segment, of the segment's
+    /// dimension.
+    pub fn new(leg: Leg<S>, values: Vec<Vec<R>>) -> Result<Self, Error> {
+        let dims: Vec<usize> = leg.segments().iter().map(|s| s.dim).collect();
+        let given: Vec<usize> = values.iter().map(Vec::len).collect();
+        if dims != given {
+            return Err(Error::BadValues {
+                expected: format!("one list per bond segment, of its dimension: {dims:?}"),
+                given: format!("lists of {given:?} values"),
+            });
+        }
+        Ok(Self { leg, values })
+    }
+
     /// The bond leg (as `U`'s domain leg): segment `i` is labelled by its coupled sector and
     /// has dimension `values(i).len()`.
     pub fn leg(&self) -> &Leg<S> {
@@ -292,31 +313,14 @@ pub fn svd_weighted<T: Field, S: AbelianSector, P: Factorize<T>>(
     truncation.check()?;
     let filled = P::fill_absent(a)?;
     let a = filled.as_ref().unwrap_or(a);
-    let n = a.structure().sectors().len();
-    let mut parts = Vec::with_capacity(n);
-    for c in 0..n {
-        let out = Async::new(P::empty_svd());
-        P::svd_sector(a, c, &out)?;
-        parts.push(out);
-    }
-    // The one host wait (see the module docs): the decision needs every singular value.
-    let values: Vec<Vec<f64>> = parts
-        .iter()
-        .map(|p| p.with(|o| P::singular_values(o).to_vec()))
-        .collect::<Result<_, _>>()
-        .map_err(own_failure)?;
     let structure = a.structure();
-    let labels: Vec<S> = structure
-        .sectors()
-        .iter()
-        .map(|c| c.sector().clone())
-        .collect();
+    let (labels, parts, values) = factor_sectors(a)?;
     let weights: Vec<f64> = labels.iter().map(weight).collect();
     let (kept, discarded_weight, total_weight) = truncation.select_weighted(&values, &weights);
-    let bond = bond_leg(labels.iter().cloned().zip(kept.iter().copied()))?;
+    let layout = svd_layout(structure, labels.iter().cloned().zip(kept.iter().copied()))?;
     let placement = a.placement();
-    let u = Tensor::zeros_on(left_structure(structure, &bond)?, &placement)?;
-    let vt = Tensor::zeros_on(right_structure(&bond, structure)?, &placement)?;
+    let u = Tensor::zeros_on(layout.u, &placement)?;
+    let vt = Tensor::zeros_on(layout.vt, &placement)?;
     let mut s_values = Vec::new();
     for (c, part) in parts.iter().enumerate() {
         let k = kept[c];
@@ -334,11 +338,207 @@ pub fn svd_weighted<T: Field, S: AbelianSector, P: Factorize<T>>(
     Ok(Svd {
         u,
         s: SingularValues {
-            leg: bond,
+            leg: layout.bond,
             values: s_values,
         },
         vt,
         discarded_weight,
         total_weight,
+    })
+}
+
+/// Enrolls the SVD of every coupled sector of `a` that has a block (each one dense) and
+/// waits for their singular values (the one host wait, see the module docs): the sectors'
+/// labels, results and values, in sector order.
+#[allow(clippy::type_complexity)]
+fn factor_sectors<T: Field, S: AbelianSector, P: Factorize<T>>(
+    a: &Tensor<T, S, P>,
+) -> Result<(Vec<S>, Vec<Async<P::SvdPart>>, Vec<Vec<f64>>), Error> {
+    let sectors: Vec<usize> = (0..a.structure().sectors().len())
+        .filter(|&c| !a.structure().sectors()[c].blocks().is_empty())
+        .collect();
+    let mut parts = Vec::with_capacity(sectors.len());
+    for &c in &sectors {
+        let out = Async::new(P::empty_svd());
+        P::svd_sector(a, c, &out)?;
+        parts.push(out);
+    }
+    let values: Vec<Vec<f64>> = parts
+        .iter()
+        .map(|p| p.with(|o| P::singular_values(o).to_vec()))
+        .collect::<Result<_, _>>()
+        .map_err(own_failure)?;
+    let labels = sectors
+        .iter()
+        .map(|&c| a.structure().sectors()[c].sector().clone())
+        .collect();
+    Ok((labels, parts, values))
+}
+
+/// The bond leg of a truncated SVD and the structures of its factors (see [`svd_layout`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SvdLayout<S: AbelianSector> {
+    /// The bond leg, `U`'s domain leg: one segment per coupled sector that keeps anything.
+    pub bond: Leg<S>,
+    /// `U`'s structure: the tensor's codomain legs to the bond leg, trivial flux.
+    pub u: BlockStructure<S>,
+    /// `V†`'s structure: the dual bond leg to the tensor's domain legs, the tensor's flux.
+    pub vt: BlockStructure<S>,
+}
+
+/// The bond leg and the factors' structures of an SVD of a tensor of structure `a` that
+/// keeps `k` values of each coupled sector `(label, k)` (sectors that keep none are left
+/// out of the bond): what [`svd`] builds once the truncation has decided, for a caller
+/// that decides itself ([`svd_sectors`]).
+///
+/// # Errors
+///
+/// A block-layer error when the labels are not increasing, or name no sector of `a`.
+pub fn svd_layout<S: AbelianSector>(
+    a: &BlockStructure<S>,
+    kept: impl IntoIterator<Item = (S, usize)>,
+) -> Result<SvdLayout<S>, Error> {
+    let bond = bond_leg(kept)?;
+    Ok(SvdLayout {
+        u: left_structure(a, &bond)?,
+        vt: right_structure(&bond, a)?,
+        bond,
+    })
+}
+
+/// The SVDs of the coupled sectors a tensor has blocks in, computed and not yet truncated
+/// ([`svd_sectors`]): the first half of [`svd`], for a caller that decides the truncation
+/// with values it gathers from elsewhere, as a factorization whose sectors live on several
+/// processes does. [`Truncation::select`] decides from every sector's values,
+/// [`svd_layout`] makes the factors' structures, and [`keep`](Self::keep) copies each
+/// sector's kept columns of `U` and rows of `V†` into them.
+pub struct SectorSvds<T: Field, S: AbelianSector, P: Factorize<T> = Host> {
+    labels: Vec<S>,
+    parts: Vec<Async<P::SvdPart>>,
+    values: Vec<Vec<f64>>,
+}
+
+impl<T: Field, S: AbelianSector, P: Factorize<T>> std::fmt::Debug for SectorSvds<T, S, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.labels.iter().zip(self.values.iter().map(Vec::len)))
+            .finish()
+    }
+}
+
+impl<T: Field, S: AbelianSector, P: Factorize<T>> SectorSvds<T, S, P> {
+    /// Every factored sector's label with its singular values (non-increasing), in sector
+    /// order.
+    pub fn iter(&self) -> impl Iterator<Item = (&S, &[f64])> {
+        self.labels
+            .iter()
+            .zip(self.values.iter().map(Vec::as_slice))
+    }
+
+    /// The singular values of the sector labelled `label`, if it was factored.
+    pub fn values_of(&self, label: &S) -> Option<&[f64]> {
+        let c = self.labels.iter().position(|l| l == label)?;
+        Some(&self.values[c])
+    }
+
+    /// Enrolls the copy of the first `k` columns of `U` and rows of `V†` of the sector
+    /// labelled `label` into the sectors of that label of `u` and `vt` (of
+    /// [`svd_layout`]'s structures, or any with those sectors whole and `k` wide: the local
+    /// part of a distributed factor). Does not wait; a `k` of 0 enrolls nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadValues`] for a sector not factored here or a `k` past its values;
+    /// [`Error::NotOnBond`] when `u` lacks a whole sector `label` of `k` columns, or `vt`
+    /// one of `k` rows. Nothing is enrolled then.
+    pub fn keep(
+        &self,
+        label: &S,
+        k: usize,
+        u: &Tensor<T, S, P>,
+        vt: &Tensor<T, S, P>,
+    ) -> Result<(), Error> {
+        let c = self
+            .labels
+            .iter()
+            .position(|l| l == label)
+            .ok_or_else(|| Error::BadValues {
+                expected: "a sector that was factored here".into(),
+                given: format!("sector {label}"),
+            })?;
+        if k > self.values[c].len() {
+            return Err(Error::BadValues {
+                expected: format!("at most {} values of sector {label}", self.values[c].len()),
+                given: format!("{k} kept"),
+            });
+        }
+        if k == 0 {
+            return Ok(());
+        }
+        let whole = |x: &Tensor<T, S, P>, rows: bool| {
+            let st = x.structure();
+            st.sector_index(label)
+                .map(|i| &st.sectors()[i])
+                .is_some_and(|sec| {
+                    sec.is_dense() && if rows { sec.rows() } else { sec.cols() } == k
+                })
+        };
+        if !whole(u, false) {
+            return Err(Error::NotOnBond {
+                expected: "a U with the sector whole, as wide as the values kept",
+                given: u.structure().summary(),
+            });
+        }
+        if !whole(vt, true) {
+            return Err(Error::NotOnBond {
+                expected: "a V† with the sector whole, as tall as the values kept",
+                given: vt.structure().summary(),
+            });
+        }
+        P::keep_svd(&self.parts[c], k, u, vt, label)
+    }
+}
+
+/// The SVD of every coupled sector in which `a` has a block, each sector whole (its absent
+/// blocks as zeros), without truncating: the sectors a process holds of a distributed
+/// tensor placed by sector, say. Sectors without a block are not factored (they cost
+/// nothing, where [`svd`] factors a masked tensor's absent sectors as zeros). Waits for the
+/// singular values, as [`svd`] does.
+///
+/// ```
+/// use tessera_blocks::{AsyncArray, BitVec, BlockStructure, Direction, Leg, U1};
+/// use tessera_coalesce::{Truncation, svd_layout, svd_sectors};
+///
+/// let leg = Leg::new(Direction::In, [(U1(0), 3), (U1(1), 4)])?;
+/// let full = BlockStructure::new([leg.clone()], [leg.dual()], U1(0))?;
+/// // Only the charge-1 block: the charge-0 sector is not factored.
+/// let one = full.with_present(&BitVec::from_iter([false, true]))?;
+/// let a = AsyncArray::<f64, U1>::random(one, 1);
+/// let f = svd_sectors(&a)?;
+/// assert_eq!(f.iter().count(), 1);
+/// let kept = Truncation::max_dim(2).select(&[f.values_of(&U1(1)).unwrap().to_vec()])?;
+/// let layout = svd_layout(&full, [(U1(1), kept.per_sector[0])])?;
+/// let u = AsyncArray::<f64, U1>::zeros(layout.u);
+/// let vt = AsyncArray::<f64, U1>::zeros(layout.vt);
+/// f.keep(&U1(1), 2, &u, &vt)?;
+/// # Ok::<(), tessera_coalesce::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`svd`], without the truncation's.
+pub fn svd_sectors<T: Field, S: AbelianSector, P: Factorize<T>>(
+    a: &Tensor<T, S, P>,
+) -> Result<SectorSvds<T, S, P>, Error> {
+    let filled = match present_sectors_whole(a.structure())? {
+        Some(whole) => Some(a.embed(whole)?),
+        None => None,
+    };
+    let a = filled.as_ref().unwrap_or(a);
+    let (labels, parts, values) = factor_sectors(a)?;
+    Ok(SectorSvds {
+        labels,
+        parts,
+        values,
     })
 }

@@ -28,6 +28,18 @@ pub struct Truncation {
     pub max_discarded_weight: Option<f64>,
 }
 
+/// What a [`Truncation`] keeps of a set of per-sector singular values
+/// ([`Truncation::select`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kept {
+    /// How many values each sector keeps (its largest ones).
+    pub per_sector: Vec<usize>,
+    /// The sum of the squares of the discarded values.
+    pub discarded_weight: f64,
+    /// The sum of the squares of all values.
+    pub total_weight: f64,
+}
+
 impl Truncation {
     /// No truncation: the thin decomposition.
     pub fn none() -> Self {
@@ -43,7 +55,12 @@ impl Truncation {
     }
 
     /// Checks the settings.
-    pub(crate) fn check(&self) -> Result<(), Error> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTruncation`] for a `max_dim` of 0, a cutoff that is negative or not
+    /// finite, or a discarded fraction outside `[0, 1]`.
+    pub fn check(&self) -> Result<(), Error> {
         if self.max_dim == Some(0) {
             return Err(Error::InvalidTruncation {
                 what: "max_dim",
@@ -72,24 +89,76 @@ impl Truncation {
         Ok(())
     }
 
+    /// How many values each sector keeps when `values[c]` are the singular values of sector
+    /// `c` (each non-increasing), with the discarded and total weights: the decision
+    /// [`svd`](crate::svd) makes, for callers that gather the values themselves (a
+    /// factorization whose sectors were computed in several places, as a distributed one is,
+    /// with [`svd_sectors`](crate::svd_sectors)). The same values give the same decision
+    /// everywhere.
+    ///
+    /// ```
+    /// use tessera_coalesce::Truncation;
+    ///
+    /// let kept = Truncation::max_dim(3).select(&[vec![5.0, 1.0], vec![4.0, 3.0, 0.5]])?;
+    /// assert_eq!(kept.per_sector, [1, 2]);
+    /// assert!((kept.total_weight - (25.0 + 1.0 + 16.0 + 9.0 + 0.25)).abs() < 1e-12);
+    /// assert!((kept.discarded_weight - (1.0 + 0.25)).abs() < 1e-12);
+    /// # Ok::<(), tessera_coalesce::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check); [`Error::BadValues`] when a value is negative or not
+    /// finite, or a sector's values increase.
+    pub fn select(&self, values: &[Vec<f64>]) -> Result<Kept, Error> {
+        self.check()?;
+        for (c, v) in values.iter().enumerate() {
+            if let Some(i) = v.iter().position(|x| !(x.is_finite() && *x >= 0.0)) {
+                return Err(Error::BadValues {
+                    expected: "finite singular values of at least 0".into(),
+                    given: format!("value {i} of sector {c} is {}", v[i]),
+                });
+            }
+            if let Some(i) = v.windows(2).position(|w| w[1] > w[0]) {
+                return Err(Error::BadValues {
+                    expected: "each sector's values non-increasing".into(),
+                    given: format!(
+                        "values {i} and {} of sector {c} are {} < {}",
+                        i + 1,
+                        v[i],
+                        v[i + 1]
+                    ),
+                });
+            }
+        }
+        let (per_sector, discarded_weight, total_weight) =
+            self.select_weighted(values, &vec![1.0; values.len()]);
+        Ok(Kept {
+            per_sector,
+            discarded_weight,
+            total_weight,
+        })
+    }
+
+    /// [`select_weighted`](Self::select_weighted) with every weight 1, as a tuple.
+    #[cfg(test)]
+    pub(crate) fn select_unweighted(&self, values: &[Vec<f64>]) -> (Vec<usize>, f64, f64) {
+        self.select_weighted(values, &vec![1.0; values.len()])
+    }
+
     /// How many values each sector keeps, the discarded weight (sum of the squares of the
     /// discarded values) and the total weight (of all values). `values[c]` are sector `c`'s
-    /// singular values, non-increasing.
+    /// singular values, non-increasing and finite (the callers check), and every value of
+    /// sector `c` stands for `weights[c]` states (the quantum dimension of a non-abelian
+    /// sector: a multiplet is kept or dropped whole): it counts `weights[c]` towards
+    /// `max_dim` and `weights[c] s^2` towards the weights. The ranking is by value, and the
+    /// kept values are a prefix of it: the first multiplet that does not fit in `max_dim`
+    /// ends the prefix.
     ///
     /// The weights are summed in units of the largest value, so the decision depends only on
     /// the values' ratios: values near `1e200` or `1e-200`, whose squares overflow or vanish
     /// in `f64`, are truncated as their rescaled copies are. The weights returned are then
     /// scaled back (infinite only when the true weight exceeds `f64`'s range).
-    #[cfg(test)]
-    pub(crate) fn select(&self, values: &[Vec<f64>]) -> (Vec<usize>, f64, f64) {
-        self.select_weighted(values, &vec![1.0; values.len()])
-    }
-
-    /// [`select`](Self::select) where every value of sector `c` stands for `weights[c]`
-    /// states (the quantum dimension of a non-abelian sector: a multiplet is kept or dropped
-    /// whole): it counts `weights[c]` towards `max_dim` and `weights[c] s^2` towards the
-    /// weights. The ranking is by value, and the kept values are a prefix of it: the first
-    /// multiplet that does not fit in `max_dim` ends the prefix.
     pub(crate) fn select_weighted(
         &self,
         values: &[Vec<f64>],
@@ -168,15 +237,15 @@ mod tests {
         assert_eq!(t.select_weighted(&v, &w).0, vec![1, 1]);
         assert_eq!(
             Truncation::none().select_weighted(&v, &[1.0, 1.0]),
-            Truncation::none().select(&v)
+            Truncation::none().select_unweighted(&v)
         );
     }
 
     #[test]
     fn selection_is_global_across_sectors() {
         let v = vec![vec![5.0, 1.0, 0.5], vec![4.0, 3.0], vec![0.1]];
-        assert_eq!(Truncation::none().select(&v).0, vec![3, 2, 1]);
-        let (kept, w, total) = Truncation::max_dim(3).select(&v);
+        assert_eq!(Truncation::none().select_unweighted(&v).0, vec![3, 2, 1]);
+        let (kept, w, total) = Truncation::max_dim(3).select_unweighted(&v);
         assert!((total - 51.26).abs() < 1e-12);
         assert_eq!(kept, vec![1, 2, 0]);
         assert!((w - (1.0 + 0.25 + 0.01)).abs() < 1e-12);
@@ -184,13 +253,13 @@ mod tests {
             cutoff: Some(0.5),
             ..Truncation::none()
         };
-        assert_eq!(cut.select(&v).0, vec![3, 2, 0]);
+        assert_eq!(cut.select_unweighted(&v).0, vec![3, 2, 0]);
         // Total weight 51.26; 1% of it is 0.5126: 0.1^2 and 0.5^2 go, 1.0^2 would exceed it.
         let weight = Truncation {
             max_discarded_weight: Some(0.01),
             ..Truncation::none()
         };
-        let (kept, w, _) = weight.select(&v);
+        let (kept, w, _) = weight.select_unweighted(&v);
         assert_eq!(kept, vec![2, 2, 0]);
         assert!((w - 0.26).abs() < 1e-12);
     }
@@ -209,14 +278,14 @@ mod tests {
                 ..Truncation::none()
             },
         ] {
-            let (kept, w, total) = t.select(&v);
+            let (kept, w, total) = t.select_unweighted(&v);
             // 1e200^2 overflows and 1e-200^2 underflows; the ratios are those of `v`.
             for factor in [1e200, 1e-200, 1e150] {
                 let scaled: Vec<Vec<f64>> = v
                     .iter()
                     .map(|s| s.iter().map(|x| x * factor).collect())
                     .collect();
-                let (k, ws, ts) = t.select(&scaled);
+                let (k, ws, ts) = t.select_unweighted(&scaled);
                 assert_eq!(k, kept, "{t:?} at {factor:e}");
                 let f2 = factor * factor;
                 if f2.is_finite() && f2 > 0.0 {

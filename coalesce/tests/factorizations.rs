@@ -18,7 +18,9 @@ use tessera_blocks::{
     AbelianSector, AsyncArray, BitVec, BlockStructure, Direction, FermionParity, Leg, Product,
     Trivial, U1, Zn,
 };
-use tessera_coalesce::{Coalesce, Error, Truncation, eigh, lq, qr, svd};
+use tessera_coalesce::{
+    Coalesce, Error, SingularValues, Truncation, eigh, lq, qr, svd, svd_layout, svd_sectors,
+};
 
 /// A random leg with at least one segment (the shared generator, which rarely gives none).
 fn random_leg<S: Kind>(rng: &mut ChaCha8Rng) -> Leg<S> {
@@ -454,6 +456,103 @@ fn svd_equals_the_dense_truncated_svd_f64() {
 #[test]
 fn svd_equals_the_dense_truncated_svd_c64() {
     for_each_kind!(svd_cases, Complex64);
+}
+
+/// The staged SVD of a tensor's present sectors ([`svd_sectors`], then
+/// [`Truncation::select`], [`svd_layout`] and `keep`), as a distributed factorization runs
+/// it: the values of each present sector are those [`svd`] finds for it, sectors without a
+/// block are not factored, and with a `max_dim` within the present sectors' values the
+/// factors are [`svd`]'s (whose extra sectors are zeros and rank last).
+fn staged_svd_cases<T: Field, S: Kind>(seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for case in 0..40 {
+        let s = Arc::new(maybe_masked(&mut rng, random_structure::<S>));
+        let a = AsyncArray::<T, S>::random(Arc::clone(&s), seed ^ case);
+        let staged = svd_sectors(&a).unwrap();
+        let all = svd(&a, &Truncation::none()).unwrap();
+        let present: Vec<&S> = s
+            .sectors()
+            .iter()
+            .filter(|c| !c.blocks().is_empty())
+            .map(|c| c.sector())
+            .collect();
+        assert_eq!(staged.iter().map(|(l, _)| l).collect::<Vec<_>>(), present);
+        let mut values = Vec::new();
+        for (label, v) in staged.iter() {
+            let want = all.s.values_of(label).unwrap_or(&[]);
+            assert_eq!(v.len(), want.len());
+            for (x, y) in v.iter().zip(want) {
+                let y: f64 = (*y).into();
+                assert!((x - y).abs() <= 1e-12 * (1.0 + y), "{x} vs {y}");
+            }
+            values.push(v.to_vec());
+        }
+        let n: usize = values.iter().map(Vec::len).sum();
+        if n == 0 {
+            continue;
+        }
+        let t = Truncation::max_dim(rng.gen_range(1..=n));
+        let kept = t.select(&values).unwrap();
+        let labels: Vec<S> = staged.iter().map(|(l, _)| l.clone()).collect();
+        let layout = svd_layout(&s, labels.iter().cloned().zip(kept.per_sector.clone())).unwrap();
+        let u = AsyncArray::<T, S>::zeros(layout.u);
+        let vt = AsyncArray::<T, S>::zeros(layout.vt);
+        let mut kept_values = Vec::new();
+        for (label, &k) in labels.iter().zip(&kept.per_sector) {
+            staged.keep(label, k, &u, &vt).unwrap();
+            if k > 0 {
+                let v = staged.values_of(label).unwrap();
+                kept_values.push(v[..k].iter().map(|&x| Real::<T>::from_f64(x)).collect());
+            }
+        }
+        let sv = SingularValues::new(layout.bond, kept_values).unwrap();
+        let want = svd(&a, &t).unwrap();
+        assert_eq!(sv.leg(), want.s.leg());
+        assert_same(&u, &want.u, "staged U");
+        assert_same(&vt, &want.vt, "staged V†");
+        assert!((kept.total_weight - want.total_weight).abs() <= 1e-10 * want.total_weight);
+        assert!((kept.discarded_weight - want.discarded_weight).abs() <= 1e-10 * want.total_weight);
+    }
+}
+
+#[test]
+fn staged_svd_of_the_present_sectors_is_the_svd_of_those_sectors() {
+    for_each_kind!(staged_svd_cases, f64);
+    for_each_kind!(staged_svd_cases, Complex64);
+}
+
+#[test]
+fn staged_svd_misuse_is_refused_and_writes_nothing() {
+    let s = u1_matrix();
+    let a = AsyncArray::<f64, U1>::random(Arc::clone(&s), 5);
+    let staged = svd_sectors(&a).unwrap();
+    let labels: Vec<U1> = staged.iter().map(|(l, _)| *l).collect();
+    let dims: Vec<usize> = staged.iter().map(|(_, v)| v.len()).collect();
+    let layout = svd_layout(&s, labels.iter().copied().zip(dims.iter().copied())).unwrap();
+    let u = AsyncArray::<f64, U1>::zeros(layout.u.clone());
+    let vt = AsyncArray::<f64, U1>::zeros(layout.vt.clone());
+    let (l, k) = (labels[0], dims[0]);
+    // More values than the sector has; a sector not factored; factors of another width.
+    let e = staged.keep(&l, k + 1, &u, &vt).unwrap_err();
+    assert!(matches!(e, Error::BadValues { .. }), "{e}");
+    let e = staged.keep(&U1(99), 1, &u, &vt).unwrap_err();
+    assert!(
+        matches!(e, Error::BadValues { .. }) && e.to_string().contains("99"),
+        "{e}"
+    );
+    let e = staged.keep(&l, k - 1, &u, &vt).unwrap_err();
+    assert!(matches!(e, Error::NotOnBond { .. }), "{e}");
+    assert!(u.to_dense().unwrap().iter().all(|&x| x == 0.0));
+    assert!(vt.to_dense().unwrap().iter().all(|&x| x == 0.0));
+    // Values of the wrong shape for the bond; a selection of bad values.
+    let e = SingularValues::<f64, U1>::new(layout.bond, vec![vec![1.0]]).unwrap_err();
+    assert!(matches!(e, Error::BadValues { .. }), "{e}");
+    let e = Truncation::none().select(&[vec![1.0, 2.0]]).unwrap_err();
+    assert!(e.to_string().contains("non-increasing"), "{e}");
+    let e = Truncation::none().select(&[vec![f64::NAN]]).unwrap_err();
+    assert!(e.to_string().contains("NaN"), "{e}");
+    let e = Truncation::max_dim(0).select(&[vec![1.0]]).unwrap_err();
+    assert!(matches!(e, Error::InvalidTruncation { .. }), "{e}");
 }
 
 #[test]
