@@ -419,6 +419,64 @@ impl<T: Scalar, S: AbelianSector> DistArray<T, S> {
         Ok(self.local.block(l)?)
     }
 
+    /// The distributed array with this one's structure and owners whose local blocks are
+    /// `local`: the result of local work on [`local`](Self::local) (a copy with a sign on
+    /// some blocks, a scaling by singular values, any operation block by block). Not
+    /// collective: nothing moves.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mismatch`] when `local` does not have the local array's structure.
+    pub fn with_local(&self, local: AsyncArray<T, S>) -> Result<Self, Error> {
+        if local.structure() != self.local.structure() {
+            return Err(Error::Mismatch {
+                given: format!(
+                    "local blocks of {} for an array whose local blocks are {}",
+                    local.structure().summary(),
+                    self.local.structure().summary()
+                ),
+            });
+        }
+        Ok(self.holding(local))
+    }
+
+    /// A copy (the local blocks copied by tasks; nothing moves between ranks).
+    pub fn duplicate(&self) -> Self {
+        self.holding(self.local.duplicate())
+    }
+
+    /// Multiplies every element by `alpha` (the local blocks, by tasks).
+    pub fn scale(&self, alpha: T) {
+        self.local.scale(alpha);
+    }
+
+    /// `self += alpha * x`, block by block on each owner (nothing moves between ranks).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mismatch`] when the arrays' structures or owners differ (the same on every
+    /// rank); nothing is enrolled then.
+    pub fn axpy(&self, alpha: T, x: &Self) -> Result<(), Error> {
+        if self.structure != x.structure || self.owners != x.owners {
+            return Err(Error::Mismatch {
+                given: "axpy of arrays with different structures or maps".into(),
+            });
+        }
+        Ok(self.local.axpy(alpha, &x.local)?)
+    }
+
+    /// This array's structure and owners with the local blocks `local` (of the local
+    /// structure: the callers make or check it).
+    fn holding(&self, local: AsyncArray<T, S>) -> Self {
+        Self {
+            comm: self.comm.clone(),
+            structure: Arc::clone(&self.structure),
+            owners: self.owners.clone(),
+            local,
+            local_id: Arc::clone(&self.local_id),
+        }
+    }
+
     /// A distributed array from its parts (for operations that build their own output).
     pub(crate) fn from_parts(
         comm: &Comm,
@@ -449,24 +507,43 @@ fn remote_or_local(e: tessera_core::Error) -> Error {
     }
 }
 
-/// The sum over the ranks of each rank's `part` (two numbers), the same on every rank: each
-/// rank sends its part to every other, and every rank adds the parts in rank order (so the
-/// sums agree to the bit). A failed part travels as a failure, so every rank returns an
-/// error when any part failed, and a rank that aborted fails the reduction instead of
-/// leaving the others waiting (a collective of the MPI library would wait for it forever,
-/// which is why this reduction is frames through the progress thread).
+/// The sum over the ranks of each rank's `part` (two numbers), the same on every rank: the
+/// parts gathered by [`all_gather`], added in rank order (so the sums agree to the bit).
 pub(crate) fn reduce_sum(
     comm: &Comm,
     op: Op,
     part: Result<[f64; 2], Error>,
 ) -> Result<[f64; 2], Error> {
+    let bytes = part.map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect());
+    let parts = all_gather(comm, op, bytes)?;
+    let mut sum = [0.0; 2];
+    for (source, b) in parts.iter().enumerate() {
+        if b.len() != 16 {
+            return Err(Error::Mismatch {
+                given: format!("a reduction part of {} bytes from rank {source}", b.len()),
+            });
+        }
+        let x = |i: usize| f64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8"));
+        sum[0] += x(0);
+        sum[1] += x(1);
+    }
+    Ok(sum)
+}
+
+/// Every rank's `part`, in rank order, on every rank: each rank sends its part to every
+/// other. A failed part travels as a failure, so every rank returns an error when any part
+/// failed, and a rank that aborted `op` fails the gather instead of leaving the others
+/// waiting (a collective of the MPI library would wait for it forever, which is why this is
+/// frames through the progress thread). A rank whose own part failed returns its own error.
+pub(crate) fn all_gather(
+    comm: &Comm,
+    op: Op,
+    part: Result<Vec<u8>, Error>,
+) -> Result<Vec<Vec<u8>>, Error> {
     let me = comm.rank();
     for dest in (0..comm.size()).filter(|&r| r != me) {
         match &part {
-            Ok(v) => {
-                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                comm.send(dest, op, 0, &bytes);
-            }
+            Ok(bytes) => comm.send(dest, op, 0, bytes),
             Err(e) => comm.send_poison(dest, op, 0, &e.to_string()),
         }
     }
@@ -478,29 +555,14 @@ pub(crate) fn reduce_sum(
         });
     }
     drop(tx);
-    let mut parts: Vec<Option<Result<[f64; 2], Error>>> = (0..comm.size()).map(|_| None).collect();
-    parts[me] = Some(part);
+    let mut parts: Vec<Option<Result<Vec<u8>, Error>>> = (0..comm.size()).map(|_| None).collect();
     for (source, frame) in rx {
-        let value = frame.payload().and_then(|b| {
-            if b.len() != 16 {
-                return Err(Error::Mismatch {
-                    given: format!("a reduction part of {} bytes from rank {source}", b.len()),
-                });
-            }
-            let x = |i: usize| f64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8"));
-            Ok([x(0), x(1)])
-        });
-        parts[source] = Some(value);
+        parts[source] = Some(frame.payload().map(<[u8]>::to_vec));
     }
     // This rank's own error first: ranks that fail alike each return their own error.
-    if let Some(Err(_)) = &parts[me] {
-        return parts.swap_remove(me).expect("this rank's part");
-    }
-    let mut sum = [0.0; 2];
-    for p in parts {
-        let v = p.expect("every rank's part arrived or failed")?;
-        sum[0] += v[0];
-        sum[1] += v[1];
-    }
-    Ok(sum)
+    parts[me] = Some(Ok(part?));
+    parts
+        .into_iter()
+        .map(|p| p.expect("every rank's part arrived or failed"))
+        .collect()
 }

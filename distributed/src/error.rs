@@ -44,4 +44,7 @@ pub enum Error {
     /// A local error of a contraction.
     #[error(transparent)]
     Contract(#[from] tessera_contract::Error),
+    /// A local error of a factorization (a sector with a NaN, a truncation out of range).
+    #[error(transparent)]
+    Coalesce(#[from] tessera_coalesce::Error),
 }

@@ -13,6 +13,8 @@
 //!   norm and inner products.
 //! - `contract`: contractions planned on every rank from the structures alone, each output
 //!   block computed by its owner from the operand blocks sent to it.
+//! - `svd`: each coupled sector factored on the rank that holds it, one global truncation
+//!   agreed from the singular values every rank sends every other.
 //!
 //! Sends and receives are tasks of the runtime: a send waits only for the block it sends, a
 //! receive (a deferred task, [`tessera_core::Completion`]) completes when its message
@@ -54,6 +56,8 @@ mod contract;
 #[cfg(feature = "mpi")]
 mod error;
 #[cfg(feature = "mpi")]
+mod factor;
+#[cfg(feature = "mpi")]
 mod map;
 
 #[cfg(feature = "mpi")]
@@ -64,5 +68,7 @@ pub use comm::{Comm, World};
 pub use contract::contract;
 #[cfg(feature = "mpi")]
 pub use error::Error;
+#[cfg(feature = "mpi")]
+pub use factor::{DistSvd, svd};
 #[cfg(feature = "mpi")]
 pub use map::{Owners, ProcessMap};

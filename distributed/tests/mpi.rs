@@ -16,8 +16,9 @@ use std::process::Command;
 use std::sync::Arc;
 use tessera_blocks::testing::{Kind, random_leg, random_structure};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Leg};
+use tessera_coalesce::Truncation;
 use tessera_contract::Contraction;
-use tessera_distributed::{Comm, DistArray, Error, ProcessMap, World, contract};
+use tessera_distributed::{Comm, DistArray, Error, ProcessMap, World, contract, svd};
 
 fn main() {
     let under_mpirun = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
@@ -34,6 +35,8 @@ fn main() {
     say("scatter, gather, redistribute, norm, inner");
     for_each_kind(&comm, contractions);
     say("contractions");
+    for_each_kind(&comm, factorizations);
+    say("SVD with global truncation, local vector operations");
     overlap(&comm);
     say("overlap");
     an_error_on_every_rank_leaves_them_in_step(&comm);
@@ -280,6 +283,99 @@ fn contractions(comm: &Comm, rng: &mut ChaCha8Rng, kind: Kinds) {
                 assert!((g - w).abs() <= 1e-12 * scale, "{what}: {g} against {w}");
             }
         }
+    }
+    dispatch!(kind, run(comm, rng));
+}
+
+/// The distributed SVD under every map (those that split sectors are redistributed by
+/// sector first), untruncated and truncated, against the one-process SVD: the same kept
+/// values on every rank, the same factors once gathered. Then the local vector operations
+/// (`duplicate`, `scale`, `axpy`) against one process, and a NaN in one rank's sector:
+/// that rank returns the factorization's error, every other rank that rank's failure.
+fn factorizations(comm: &Comm, rng: &mut ChaCha8Rng, kind: Kinds) {
+    fn dense_close<S: Kind>(got: &DistArray<f64, S>, want: &AsyncArray<f64, S>, what: &str) {
+        assert_eq!(got.structure(), want.structure(), "{what}: structure");
+        let (g, w) = (
+            got.gather().unwrap().to_dense().unwrap(),
+            want.to_dense().unwrap(),
+        );
+        for (x, y) in g.iter().zip(&w) {
+            assert!((x - y).abs() <= 1e-12, "{what}: {x} against {y}");
+        }
+    }
+    fn run<S: Kind>(comm: &Comm, rng: &mut ChaCha8Rng) {
+        for case in 0..4 {
+            let s = Arc::new(random_structure::<S>(rng));
+            let x = AsyncArray::<f64, S>::random(Arc::clone(&s), rng.r#gen());
+            let n: usize = s.sectors().iter().map(|c| c.rows().min(c.cols())).sum();
+            for (m, map) in maps(&s, comm.size(), rng).iter().enumerate() {
+                let what = format!("{} case {case} map {m}", std::any::type_name::<S>());
+                let dx = DistArray::scatter(comm, &x, map).unwrap();
+                for t in [
+                    Truncation::none(),
+                    Truncation::max_dim(n.div_ceil(2).max(1)),
+                ] {
+                    let got = svd(&dx, &t).unwrap();
+                    let want = tessera_coalesce::svd(&x, &t).unwrap();
+                    assert_eq!(got.s.leg(), want.s.leg(), "{what}: bond");
+                    for ((_, p), (_, q)) in got.s.iter().zip(want.s.iter()) {
+                        assert_eq!(p, q, "{what}: singular values");
+                    }
+                    close(got.total_weight, want.total_weight, &what);
+                    close(got.discarded_weight, want.discarded_weight, &what);
+                    dense_close(&got.u, &want.u, &format!("{what}: U"));
+                    dense_close(&got.vt, &want.vt, &format!("{what}: V†"));
+                }
+                // y = 2 x + 0.5 x, through a copy.
+                let y = dx.duplicate();
+                y.scale(2.0);
+                y.axpy(0.5, &dx).unwrap();
+                let want = x.duplicate();
+                want.scale(2.5);
+                dense_close(&y, &want, &format!("{what}: axpy"));
+                let other = dx.redistribute(&ProcessMap::Cyclic).unwrap();
+                if other.owners() != dx.owners() {
+                    assert!(matches!(y.axpy(1.0, &other), Err(Error::Mismatch { .. })));
+                }
+            }
+        }
+        // A NaN in the first block, owned by the last rank.
+        let s = loop {
+            let s = random_structure::<S>(rng);
+            if s.num_blocks() > 0 {
+                break Arc::new(s);
+            }
+        };
+        let mut blocks = AsyncArray::<f64, S>::random(Arc::clone(&s), 7)
+            .to_blocks()
+            .unwrap();
+        blocks[0][0] = f64::NAN;
+        let b = s.block(0).unwrap();
+        let x = AsyncArray::<f64, S>::from_blocks(Arc::clone(&s), &blocks).unwrap();
+        let last = comm.size() - 1;
+        let owners: Arc<[usize]> = (0..s.num_blocks())
+            .map(|g| {
+                if s.block(g).unwrap().coupled() == b.coupled() {
+                    last
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let dx = DistArray::scatter(comm, &x, &ProcessMap::Explicit(owners)).unwrap();
+        match svd(&dx, &Truncation::none()) {
+            Err(Error::Coalesce(e)) if comm.rank() == last => {
+                assert!(e.to_string().contains("NaN"), "{e}")
+            }
+            Err(Error::Remote { rank, message }) if comm.rank() != last => {
+                assert_eq!(rank, last);
+                assert!(message.contains("NaN"), "{message}");
+            }
+            other => panic!("rank {}: {other:?}", comm.rank()),
+        }
+        // The ranks are still in step.
+        let y = DistArray::scatter(comm, &x, &ProcessMap::Cyclic).unwrap();
+        assert!(y.gather().is_ok());
     }
     dispatch!(kind, run(comm, rng));
 }
