@@ -4,7 +4,7 @@
 //! other rank (see `comm`), so theirs fail too instead of waiting for it.
 
 /// What went wrong in a distributed operation.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// MPI could not be initialised as the runtime needs it.

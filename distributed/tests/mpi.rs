@@ -12,7 +12,6 @@
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::process::Command;
 use std::sync::Arc;
 use tessera_blocks::testing::{Kind, random_leg, random_structure};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Leg};
@@ -21,11 +20,8 @@ use tessera_contract::Contraction;
 use tessera_distributed::{Comm, DistArray, Error, ProcessMap, World, contract, svd};
 
 fn main() {
-    let under_mpirun = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some());
-    if !under_mpirun {
-        relaunch();
+    if !tessera_testing::under_mpirun() {
+        tessera_testing::relaunch_under_mpirun(&[1, 2, 4]);
         return;
     }
     let world = World::init().expect("MPI with thread level Multiple");
@@ -58,28 +54,6 @@ fn main() {
         assert!(left.norm().is_err());
     }
     say("after the World");
-}
-
-fn relaunch() {
-    let exe = std::env::current_exe().expect("this test's path");
-    if Command::new("mpirun").arg("--version").output().is_err() {
-        println!("skipped: mpirun not found (install openmpi-bin)");
-        return;
-    }
-    for n in [1, 2, 4] {
-        println!("mpirun -n {n} {}", exe.display());
-        let status = Command::new("mpirun")
-            .args([
-                "--allow-run-as-root",
-                "--oversubscribe",
-                "-n",
-                &n.to_string(),
-            ])
-            .arg(&exe)
-            .status()
-            .expect("mpirun starts");
-        assert!(status.success(), "the checks failed on {n} ranks: {status}");
-    }
 }
 
 /// `for_each_kind!` with the communicator.

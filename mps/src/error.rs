@@ -19,6 +19,11 @@ pub enum Error {
     /// An error of a contraction.
     #[error(transparent)]
     Contract(#[from] tessera_contract::Error),
+    /// An error of a distributed operation (with the `mpi` feature): this rank's, or another
+    /// rank's failure as that rank reported it.
+    #[cfg(feature = "mpi")]
+    #[error(transparent)]
+    Distributed(#[from] tessera_distributed::Error),
     /// An error of saving or loading a checkpoint.
     #[error(transparent)]
     Io(#[from] tessera_io::SharedError),

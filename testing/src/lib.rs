@@ -3,7 +3,8 @@
 //! Owns: dense comparisons with a stated tolerance ([`assert_close_each`],
 //! [`assert_close_in_norm`], [`assert_close_to_max`], over the element types of [`Approx`])
 //! and column-major index arithmetic ([`unravel`], [`unravel_into`], [`ravel`],
-//! [`column_major_strides`]). Invariant: this crate depends on no Tessera crate, so any
+//! [`column_major_strides`]), and the launcher of the MPI tests ([`under_mpirun`],
+//! [`relaunch_under_mpirun`]). Invariant: this crate depends on no Tessera crate, so any
 //! crate's own unit tests can use it without building a second copy of that crate; helpers
 //! that need library types (random structures, sector kinds) live in
 //! `tessera_blocks::testing` instead.
@@ -171,6 +172,44 @@ pub fn column_major_strides(dims: &[usize]) -> Vec<isize> {
             s
         })
         .collect()
+}
+
+/// Whether this process was started by `mpirun` (OpenMPI, or a PMI launcher).
+pub fn under_mpirun() -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+/// Runs this test binary again under `mpirun --allow-run-as-root --oversubscribe -n N` for
+/// each `N` of `sizes`, and panics if a run fails: what an MPI test without a harness does
+/// when `cargo test` starts it alone (it then runs its checks once, under mpirun, on every
+/// rank). Without `mpirun` it says that it skipped and returns.
+///
+/// # Panics
+///
+/// When a run fails, naming its size.
+pub fn relaunch_under_mpirun(sizes: &[usize]) {
+    use std::process::Command;
+    let exe = std::env::current_exe().expect("this test's path");
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        println!("skipped: mpirun not found (install openmpi-bin)");
+        return;
+    }
+    for n in sizes {
+        println!("mpirun -n {n} {}", exe.display());
+        let status = Command::new("mpirun")
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-n",
+                &n.to_string(),
+            ])
+            .arg(&exe)
+            .status()
+            .expect("mpirun starts");
+        assert!(status.success(), "the checks failed on {n} ranks: {status}");
+    }
 }
 
 #[cfg(test)]

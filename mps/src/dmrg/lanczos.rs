@@ -60,10 +60,65 @@ pub fn lanczos<S: AbelianSector, P: Placement<f64>>(
     tol: f64,
     max_iter: usize,
 ) -> Result<Eigenpair<S, P>> {
-    let dim = start.structure().total_len();
+    let (value, vector, iterations) = krylov(apply, start, tol, max_iter)?;
+    Ok(Eigenpair {
+        value,
+        vector,
+        iterations,
+    })
+}
+
+/// What [`krylov`] does with its vectors: one process's tensors, or (with the `mpi`
+/// feature) distributed arrays, whose reductions give the same bits on every rank, so every
+/// rank makes the same decisions.
+pub(crate) trait KrylovVector: Sized {
+    /// The dimension of the space.
+    fn dim(&self) -> usize;
+    /// A copy.
+    fn copy(&self) -> Self;
+    /// The 2-norm, on the host.
+    fn norm2(&self) -> Result<f64>;
+    /// The inner product with `other`, on the host.
+    fn dot(&self, other: &Self) -> Result<f64>;
+    /// `self += alpha * x`.
+    fn add_scaled(&self, alpha: f64, x: &Self) -> Result<()>;
+    /// `self *= alpha`.
+    fn scale_by(&self, alpha: f64);
+}
+
+impl<S: AbelianSector, P: Placement<f64>> KrylovVector for Tensor<f64, S, P> {
+    fn dim(&self) -> usize {
+        self.structure().total_len()
+    }
+    fn copy(&self) -> Self {
+        self.duplicate()
+    }
+    fn norm2(&self) -> Result<f64> {
+        Ok(self.norm().get()?)
+    }
+    fn dot(&self, other: &Self) -> Result<f64> {
+        Ok(self.inner(other)?.get()?)
+    }
+    fn add_scaled(&self, alpha: f64, x: &Self) -> Result<()> {
+        Ok(self.axpy(alpha, x)?)
+    }
+    fn scale_by(&self, alpha: f64) {
+        self.scale(alpha);
+    }
+}
+
+/// [`lanczos`] on any [`KrylovVector`]: the lowest Ritz value, its vector and the number of
+/// products.
+pub(crate) fn krylov<V: KrylovVector>(
+    apply: impl Fn(&V) -> Result<V>,
+    start: &V,
+    tol: f64,
+    max_iter: usize,
+) -> Result<(f64, V, usize)> {
+    let dim = start.dim();
     let max_iter = max_iter.clamp(1, dim.max(1));
-    let v0 = start.duplicate();
-    let n0 = v0.norm().get()?;
+    let v0 = start.copy();
+    let n0 = v0.norm2()?;
     if n0 == 0.0 || !n0.is_finite() {
         return Err(Error::Dmrg {
             what: "Lanczos start vector".into(),
@@ -71,7 +126,7 @@ pub fn lanczos<S: AbelianSector, P: Placement<f64>>(
             found: format!("norm {n0}"),
         });
     }
-    v0.scale(1.0 / n0);
+    v0.scale_by(1.0 / n0);
     let mut basis = vec![v0];
     let (mut alpha, mut beta): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
     // Simon's estimates of the loss of orthogonality (partial reorthogonalisation):
@@ -83,13 +138,13 @@ pub fn lanczos<S: AbelianSector, P: Placement<f64>>(
     let (value, coefficients) = loop {
         let k = basis.len() - 1;
         let w = apply(&basis[k])?;
-        let a = basis[k].inner(&w)?.get()?;
+        let a = basis[k].dot(&w)?;
         alpha.push(a);
-        w.axpy(-a, &basis[k])?;
+        w.add_scaled(-a, &basis[k])?;
         if k > 0 {
-            w.axpy(-beta[k - 1], &basis[k - 1])?;
+            w.add_scaled(-beta[k - 1], &basis[k - 1])?;
         }
-        let mut b = w.norm().get()?;
+        let mut b = w.norm2()?;
         anorm = anorm.max(a.abs() + b + k.checked_sub(1).map_or(0.0, |j| beta[j]));
         let next = next_omega(&omega, &omega_prev, &alpha, &beta, b, anorm);
         // Reorthogonalise against the whole basis (classical Gram-Schmidt, one pass) when
@@ -101,12 +156,12 @@ pub fn lanczos<S: AbelianSector, P: Placement<f64>>(
         let next = if reorthogonalise {
             let overlaps = basis
                 .iter()
-                .map(|v| v.inner(&w))
-                .collect::<std::result::Result<Vec<_>, tessera_blocks::Error>>()?;
+                .map(|v| v.dot(&w))
+                .collect::<Result<Vec<_>>>()?;
             for (v, c) in basis.iter().zip(overlaps) {
-                w.axpy(-c.get()?, v)?;
+                w.add_scaled(-c, v)?;
             }
-            b = w.norm().get()?;
+            b = w.norm2()?;
             let mut fresh = vec![f64::EPSILON; k + 1];
             fresh.push(1.0);
             fresh
@@ -119,23 +174,19 @@ pub fn lanczos<S: AbelianSector, P: Placement<f64>>(
         if residual < tol || basis.len() >= max_iter || b < 1e-14 {
             break (value, y);
         }
-        w.scale(1.0 / b);
+        w.scale_by(1.0 / b);
         beta.push(b);
         basis.push(w);
         omega_prev = std::mem::replace(&mut omega, next);
     };
-    let x = basis[0].duplicate();
-    x.scale(coefficients[0]);
+    let x = basis[0].copy();
+    x.scale_by(coefficients[0]);
     for (v, &c) in basis.iter().zip(&coefficients).skip(1) {
-        x.axpy(c, v)?;
+        x.add_scaled(c, v)?;
     }
-    let n = x.norm().get()?;
-    x.scale(1.0 / n);
-    Ok(Eigenpair {
-        value,
-        vector: x,
-        iterations: basis.len(),
-    })
+    let n = x.norm2()?;
+    x.scale_by(1.0 / n);
+    Ok((value, x, basis.len()))
 }
 
 /// Simon's recurrence for the loss of orthogonality of the next Lanczos vector

@@ -72,6 +72,8 @@
 //! ```
 
 mod checkpoint;
+#[cfg(feature = "mpi")]
+mod distributed;
 mod environments;
 mod heff;
 mod lanczos;
@@ -81,6 +83,8 @@ mod spill;
 mod tests;
 
 pub use checkpoint::CHECKPOINT_FILE;
+#[cfg(feature = "mpi")]
+pub use distributed::DistDmrg;
 pub use heff::EffectiveHamiltonian;
 pub(crate) use lanczos::lowest_of_tridiagonal;
 pub use lanczos::{Eigenpair, lanczos};
