@@ -27,6 +27,9 @@ pub use tessera_blocks as blocks;
 pub use tessera_coalesce as coalesce;
 pub use tessera_contract as contract;
 pub use tessera_core as core;
+/// Distributed arrays on MPI (the `mpi` feature).
+#[cfg(feature = "mpi")]
+pub use tessera_distributed as distributed;
 pub use tessera_io as io;
 pub use tessera_mps as mps;
 

@@ -84,6 +84,15 @@ fn dmrg_refuses_bad_flags_naming_them() {
         (&["--model", "heisenberg:S=3/2"], "--model"),
         (&["--model", "tv:N=40", "--sites", "8"], "--model"),
         (&["--json"], "--json"),
+        // Without the mpi feature --distributed names itself; with it, what it excludes.
+        (
+            &["--distributed", "--trace", trace],
+            if cfg!(feature = "mpi") {
+                "--trace"
+            } else {
+                "--distributed"
+            },
+        ),
     ];
     for &(argv, flag) in cases {
         check(

@@ -68,6 +68,11 @@ pub(crate) struct Args {
     /// feature, and no --save, --resume or --spill, which are host-side).
     #[arg(long, value_name = "DEVICE", value_enum, default_value_t = Backend::Cpu)]
     pub(crate) device: Backend,
+    /// Run on the ranks of an MPI job (start it with mpirun; each rank holds the blocks of
+    /// some coupled sectors of every tensor, and every rank prints the same E0). Needs the
+    /// `mpi` feature, and no --device cuda, --save, --resume, --spill, --json or --trace.
+    #[arg(long)]
+    pub(crate) distributed: bool,
 }
 
 /// A run the flags allow.
@@ -121,6 +126,31 @@ impl Args {
                     return Err(usage_error::<Args>(
                         flag,
                         "checkpoints and spilled environments are host-side: use --device cpu",
+                    ));
+                }
+            }
+        }
+        if self.distributed {
+            if !cfg!(feature = "mpi") {
+                return Err(usage_error::<Args>(
+                    "--distributed",
+                    "MPI is not part of this build: it needs the `mpi` feature \
+                     (cargo build --release --features mpi --example dmrg, then mpirun)",
+                ));
+            }
+            for (flag, given) in [
+                ("--device", self.device == Backend::Cuda),
+                ("--save", self.save.is_some()),
+                ("--resume", self.resume.is_some()),
+                ("--spill", self.spill.is_some()),
+                ("--json", self.json.is_some()),
+                ("--trace", self.trace.is_some()),
+            ] {
+                if given {
+                    return Err(usage_error::<Args>(
+                        flag,
+                        "a distributed run has no checkpoints, spilling, measurements, \
+                         traces or device yet: leave it out, or --distributed",
                     ));
                 }
             }

@@ -27,7 +27,9 @@
 //! unknown flag or value, an unwritable `--trace`, `--save` or `--spill`, or a `--resume`
 //! without a checkpoint prints the usage naming the flag and exits with status 2; a failure
 //! during the run (a checkpoint of another model, size or bond dimension included) exits
-//! with status 1.
+//! with status 1. `--distributed` (a build with the `mpi` feature, started by mpirun) runs
+//! the sweeps with every tensor distributed over the ranks (`tessera::mps::dmrg::DistDmrg`);
+//! rank 0 prints, and the energies are the one process's.
 //!
 //! ```sh
 //! cargo run --release --example dmrg                                  # L = 32, chi = 128
@@ -38,6 +40,8 @@
 //! cargo run --release --example dmrg -- --sites 64 --chi 512 --sweeps 6 --spill /tmp/envs
 //! cargo run --release --example dmrg -- --model hubbard:U=4 --sites 16 --chi 256 --json h.json
 //! cargo run --release --example dmrg -- --model tv:V=1.5 --sites 32 --chi 64
+//! cargo build --release --features mpi --example dmrg                # then, on 2 ranks:
+//! mpirun -n 2 --bind-to none target/release/examples/dmrg --distributed --sites 16 --chi 64
 //! ```
 
 #[allow(dead_code)] // the other drivers' flags, compiled here too
@@ -160,11 +164,35 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
         tol: args.tol,
         ..Settings::new(args.chi)
     };
+    // Under --distributed: MPI for this process, and only rank 0 prints (every rank
+    // computes the same energies).
+    #[cfg(feature = "mpi")]
+    let world = if args.distributed {
+        Some(tessera::distributed::World::init()?)
+    } else {
+        None
+    };
+    #[cfg(feature = "mpi")]
+    let (comm, lead) = match &world {
+        Some(w) => (Some(w.comm().clone()), w.comm().rank() == 0),
+        None => (None, true),
+    };
+    #[cfg(not(feature = "mpi"))]
+    let lead = true;
     let runtime = Runtime::new(threads.count)?;
-    println!(
-        "two-site DMRG, {model}: chi = {}, at most {} sweeps, tol = {:e}, {}",
-        settings.chi, settings.sweeps, settings.tol, threads
-    );
+    if lead {
+        println!(
+            "two-site DMRG, {model}: chi = {}, at most {} sweeps, tol = {:e}, {}",
+            settings.chi, settings.sweeps, settings.tol, threads
+        );
+    }
+    #[cfg(feature = "mpi")]
+    if let (Some(c), true) = (&comm, lead) {
+        println!(
+            "distributed over {} ranks of an MPI job, blocks placed by coupled sector",
+            c.size()
+        );
+    }
     if args.spill.is_some() {
         // Dropped environments would otherwise wait in the buffer pool (512 MiB by default)
         // for a tensor of their size: with the environments on disk, keep the pool small.
@@ -186,6 +214,8 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
             args: &args,
             settings,
             json,
+            #[cfg(feature = "mpi")]
+            comm: comm.as_ref(),
         })
     })?;
     let total = start.elapsed();
@@ -201,12 +231,14 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
             dir.join(tessera::mps::dmrg::CHECKPOINT_FILE).display()
         );
     }
-    println!(
-        "total {:.3} s; energy per site {:.12}",
-        total.as_secs_f64(),
-        energy / args.sites as f64,
-    );
-    println!("E0 = {energy:.15}");
+    if lead {
+        println!(
+            "total {:.3} s; energy per site {:.12}",
+            total.as_secs_f64(),
+            energy / args.sites as f64,
+        );
+        println!("E0 = {energy:.15}");
+    }
     Ok(())
 }
 
@@ -215,6 +247,9 @@ struct Run<'a> {
     args: &'a args::dmrg::Args,
     settings: Settings,
     json: Option<args::Output>,
+    /// This rank, under `--distributed`.
+    #[cfg(feature = "mpi")]
+    comm: Option<&'a tessera::distributed::Comm>,
 }
 
 impl ModelVisitor for Run<'_> {
@@ -225,8 +260,14 @@ impl ModelVisitor for Run<'_> {
             args,
             settings,
             json,
+            #[cfg(feature = "mpi")]
+            comm,
         } = self;
         let mpo = model.mpo()?;
+        #[cfg(feature = "mpi")]
+        if let Some(comm) = comm {
+            return distributed(comm, mpo, model.initial_state()?, settings);
+        }
         if args.device == args::block_gemm::Backend::Cuda {
             #[cfg(feature = "cuda")]
             {
@@ -261,6 +302,47 @@ impl ModelVisitor for Run<'_> {
     }
 }
 
+/// The sweeps of a distributed run (`--distributed`); rank 0 prints the table.
+#[cfg(feature = "mpi")]
+fn distributed<S: tessera::blocks::AbelianSector>(
+    comm: &tessera::distributed::Comm,
+    mpo: tessera::mps::Mpo<S>,
+    start: tessera::mps::Mps<S>,
+    settings: Settings,
+) -> Result<f64> {
+    let lead = comm.rank() == 0;
+    if lead {
+        print_header();
+    }
+    let mut dmrg = tessera::mps::dmrg::DistDmrg::new(comm, mpo, start, settings)?;
+    Ok(dmrg.run(|s| {
+        if lead {
+            print_sweep(s);
+        }
+    })?)
+}
+
+/// The header of the table of sweeps.
+fn print_header() {
+    println!(
+        "{:>5} {:>22} {:>12} {:>6} {:>8} {:>9}",
+        "sweep", "energy", "truncation", "chi", "matvecs", "time [s]"
+    );
+}
+
+/// One sweep's line of the table.
+fn print_sweep(s: &SweepStats) {
+    println!(
+        "{:>5} {:>22.14} {:>12.3e} {:>6} {:>8} {:>9.3}",
+        s.sweep,
+        s.energy,
+        s.truncation,
+        s.max_bond,
+        s.matvecs,
+        s.time.as_secs_f64()
+    );
+}
+
 /// The sweeps of a prepared run at any placement, then the measurements for `--json`.
 fn sweeps<M: ChainModel, P: Backend>(
     mut dmrg: Dmrg<M::Charge, P>,
@@ -271,20 +353,9 @@ fn sweeps<M: ChainModel, P: Backend>(
     let progress = |p: &Progress| reporter.borrow_mut().step(p);
     let report = |s: &SweepStats| {
         reporter.borrow_mut().sweep_done();
-        println!(
-            "{:>5} {:>22.14} {:>12.3e} {:>6} {:>8} {:>9.3}",
-            s.sweep,
-            s.energy,
-            s.truncation,
-            s.max_bond,
-            s.matvecs,
-            s.time.as_secs_f64()
-        );
+        print_sweep(s);
     };
-    println!(
-        "{:>5} {:>22} {:>12} {:>6} {:>8} {:>9}",
-        "sweep", "energy", "truncation", "chi", "matvecs", "time [s]"
-    );
+    print_header();
     let energy = dmrg.run(progress, report)?;
     reporter.borrow_mut().sweep_done();
     if let Some(out) = json {
