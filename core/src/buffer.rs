@@ -475,6 +475,23 @@ fn linear(dims: &[usize], strides: &[isize], index: &[usize]) -> Option<isize> {
     Some(at)
 }
 
+/// The offset of the first element of the box of extents `sub` starting at `start` inside a
+/// view of `dims`, or `None` unless the box is non-empty and inside the view.
+fn box_offset(dims: &[usize], strides: &[isize], start: &[usize], sub: &[usize]) -> Option<isize> {
+    if sub.len() != dims.len() || sub.contains(&0) {
+        return None;
+    }
+    let inside = start
+        .iter()
+        .zip(sub)
+        .zip(dims)
+        .all(|((&s, &n), &d)| s.checked_add(n).is_some_and(|e| e <= d));
+    if !inside {
+        return None;
+    }
+    linear(dims, strides, start)
+}
+
 /// Calls `f(k, offset)` for every multi-index of `dims` in column-major order (first axis
 /// fastest): `k` counts the elements, `offset` is `sum(index[a] * strides[a])`. Pure index
 /// arithmetic: nothing is read or written.
@@ -677,6 +694,30 @@ macro_rules! shared_view_methods {
 impl<'a, T: Copy> StridedRef<'a, T> {
     shared_view_methods!();
 
+    /// The box of extents `dims` starting at index `start`, as a view of the same elements;
+    /// `None` unless the box is non-empty and inside the view.
+    ///
+    /// ```
+    /// use tessera_core::SharedBuffer;
+    /// let b = SharedBuffer::from_fn(12, |i| i as f64);
+    /// // SAFETY: the extent is inside the buffer, and nothing writes it.
+    /// let v = unsafe { b.view(0, &[3, 4], &[1, 3]) };
+    /// let s = v.sub_box(&[1, 2], &[2, 2]).unwrap();
+    /// assert_eq!(s.to_vec(), [7.0, 8.0, 10.0, 11.0]);
+    /// assert!(v.sub_box(&[2, 0], &[2, 1]).is_none()); // past the first axis
+    /// ```
+    pub fn sub_box(&self, start: &[usize], dims: &[usize]) -> Option<StridedRef<'a, T>> {
+        let at = box_offset(&self.dims, &self.strides, start, dims)?;
+        Some(StridedRef {
+            // SAFETY: `at` is the offset of the in-range index `start`, inside the checked
+            // extent; every index of the box is an index of this view.
+            ptr: unsafe { self.ptr.offset(at) },
+            dims: dims.into(),
+            strides: self.strides.clone(),
+            _life: PhantomData,
+        })
+    }
+
     /// The same elements with the axes reordered: axis `k` of the result is axis `perm[k]`
     /// of `self`. `None` when `perm` is not a permutation of the axes.
     pub fn permute_axes(&self, perm: &[usize]) -> Option<StridedRef<'a, T>> {
@@ -785,6 +826,22 @@ impl<'a, T: Copy> StridedMut<'a, T> {
 
 impl<T: Copy> StridedMut<'_, T> {
     shared_view_methods!();
+
+    /// The box of extents `dims` starting at index `start`, as an exclusive view borrowing
+    /// this one; `None` unless the box is non-empty and inside the view.
+    pub fn sub_box_mut(&mut self, start: &[usize], dims: &[usize]) -> Option<StridedMut<'_, T>> {
+        let at = box_offset(&self.dims, &self.strides, start, dims)?;
+        Some(StridedMut {
+            // SAFETY: `at` is the offset of the in-range index `start`, inside the checked
+            // extent, and every index of the box is an index of this view, so the box's
+            // elements are this view's (distinct, exclusive: the borrow of `self` keeps
+            // them from being reached through `self` meanwhile).
+            ptr: unsafe { self.ptr.offset(at) },
+            dims: dims.into(),
+            strides: self.strides.clone(),
+            _life: PhantomData,
+        })
+    }
 
     /// Sets the element at a multi-index; returns `false` (and writes nothing) when it is out
     /// of range.
@@ -904,6 +961,49 @@ mod tests {
         // SAFETY: the extent is the whole buffer; no other view exists.
         assert_eq!(unsafe { ok.view(0, &[5], &[1]) }.get(&[4]), Some(2.0));
         assert!(SharedBuffer::<f64>::try_zeroed(0).unwrap().is_empty());
+    }
+
+    /// A box of a view (permuted and negative strides included) holds the elements of its
+    /// index range, and an exclusive box writes exactly those; empty boxes, boxes past an
+    /// axis and boxes of the wrong rank are refused.
+    #[test]
+    fn a_sub_box_holds_the_elements_of_its_index_range() {
+        let dims = [3_usize, 4, 5];
+        let n: usize = dims.iter().product();
+        let cm = column_major_strides(&dims);
+        let layouts: [(usize, Vec<isize>); 2] =
+            [(0, cm.clone()), (n - 12, vec![cm[0], cm[1], -cm[2]])];
+        for (offset, strides) in &layouts {
+            let buf = SharedBuffer::<u64>::from_fn(n, |k| k as u64);
+            // SAFETY: the layouts lie inside the buffer; no other view writes it.
+            let mut whole = unsafe { buf.view_mut(*offset, &dims, strides) };
+            let (start, sub) = ([1, 2, 1], [2, 2, 3]);
+            let b = whole.as_ref().sub_box(&start, &sub).unwrap().to_vec();
+            let mut k = 0;
+            for c in 0..3 {
+                for j in 0..2 {
+                    for i in 0..2 {
+                        let at = [start[0] + i, start[1] + j, start[2] + c];
+                        assert_eq!(Some(b[k]), whole.get(&at));
+                        k += 1;
+                    }
+                }
+            }
+            whole
+                .sub_box_mut(&start, &sub)
+                .unwrap()
+                .update(|_, _| u64::MAX);
+            let written = (0..n)
+                .filter(|&k| {
+                    let at = [k % 3, k / 3 % 4, k / 12];
+                    whole.get(&at) == Some(u64::MAX)
+                })
+                .count();
+            assert_eq!(written, 12);
+            assert!(whole.as_ref().sub_box(&[0, 0, 0], &[3, 4, 0]).is_none());
+            assert!(whole.as_ref().sub_box(&[2, 0, 0], &[2, 1, 1]).is_none());
+            assert!(whole.sub_box_mut(&[0, 0], &[1, 1]).is_none());
+        }
     }
 
     /// A view cut along any axis, into any number of parts: the parts are non-empty, their

@@ -21,13 +21,14 @@
 //! bench's), beside the same chain in one process; a U(1) block-diagonal product (21 sectors of 256; with `B` placed on the
 //! next rank, so every `B` block moves once), and a dense 1024 x 1024 product tiled 8 x 8
 //! (`Trivial` sectors: every output tile needs a row of `A` tiles and a column of `B`
-//! tiles), under a cyclic map and under the 2D grid of SUMMA.
+//! tiles), under a cyclic map and under the 2D grid of SUMMA; and one large U(1) sector,
+//! by sector (one rank's GEMM) against tiled on the grid (SUMMA's).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_blocks::{AsyncArray, BlockStructure, Direction, Leg, Trivial, U1};
 use tessera_contract::{Contraction, Spec};
-use tessera_distributed::{Comm, DistArray, ProcessMap, World, contract};
+use tessera_distributed::{Comm, DistArray, ProcessMap, World, contract, tiled_leg};
 
 // As the other drivers and the benches: large temporaries come back without page faults.
 #[global_allocator]
@@ -92,6 +93,66 @@ fn gemm<S: tessera_blocks::AbelianSector>(
             flops / t.as_secs_f64() / 1e9,
             sent
         );
+    }
+    Ok(())
+}
+
+/// One large sector: a U(1) matrix of sectors 256, 1536, 256. By sector, the 1536 GEMM is
+/// one rank's; tiled (at most 384: the large sector 4 x 4 tiles) on the square grid, it is
+/// SUMMA's, each rank computing its tiles from a row of `A` tiles and a column of `B`
+/// tiles. Timed: the product (and, tiled, its re-tiling back to one block per sector) to
+/// the result's norm; the operands are tiled once, outside the timing, as their layout.
+fn large_sector(comm: &Comm, reps: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let v = Leg::new(Direction::In, [(U1(-1), 256), (U1(0), 1536), (U1(1), 256)])?;
+    let m = Arc::new(BlockStructure::new([v.clone()], [v.dual()], U1(0))?);
+    let a = AsyncArray::<f64, U1>::random(Arc::clone(&m), 1);
+    let b = AsyncArray::<f64, U1>::random(Arc::clone(&m), 2);
+    let spec = Contraction::new("ij,jk->ik")?;
+    let flops = spec.plan(&a, &b)?.flops() as f64;
+    let by = ProcessMap::BySector;
+    let grid = ProcessMap::square_grid(comm.size());
+    let (da, db) = (
+        DistArray::scatter(comm, &a, &by)?,
+        DistArray::scatter(comm, &b, &by)?,
+    );
+    let tiled = |x: &DistArray<f64, U1>| -> Result<DistArray<f64, U1>, tessera_distributed::Error> {
+        let legs = x
+            .structure()
+            .legs()
+            .iter()
+            .map(|l| tiled_leg(l, 384))
+            .collect::<Result<Vec<_>, _>>()?;
+        x.retile(legs, &grid)
+    };
+    let (ta, tb) = (tiled(&da)?, tiled(&db)?);
+    for (name, summa) in [("by sector", false), ("tiled 384, grid", true)] {
+        let mut times = Vec::new();
+        let mut sent = 0;
+        for rep in 0..=reps {
+            let (before, _) = comm.sent();
+            let t = Instant::now();
+            let c = if summa {
+                contract(&spec, &ta, &tb, &grid)?.retile(m.legs().to_vec(), &by)?
+            } else {
+                contract(&spec, &da, &db, &by)?
+            };
+            c.norm()?;
+            if rep > 0 {
+                times.push(t.elapsed());
+                sent = comm.sent().0 - before;
+            }
+        }
+        let t = median(times);
+        if comm.rank() == 0 {
+            println!(
+                "{:<28} ranks {}  median {:>9.3} ms  {:>7.2} GFLOP/s  rank 0 sent {:>10} B/rep",
+                format!("u1 256+1536+256, {name}"),
+                comm.size(),
+                t.as_secs_f64() * 1e3,
+                flops / t.as_secs_f64() / 1e9,
+                sent
+            );
+        }
     }
     Ok(())
 }
@@ -365,6 +426,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let grid = ProcessMap::square_grid(size);
     gemm(comm, "dense_1024 tiled 8x8, grid", &tiles, [&grid; 3], reps)?;
+    large_sector(comm, reps)?;
 
     for chi in [128, 256, 512] {
         heff(comm, chi, reps)?;

@@ -116,6 +116,9 @@ pub(crate) fn fill_block<T: Scalar>(
     Ok(())
 }
 
+/// A box of a block: the index it starts at and its extents, per axis.
+pub(crate) type Region = (Vec<usize>, Vec<usize>);
+
 /// Sends block `l` of `src` to every rank of `dests` as item `item` of `op`: a task that
 /// waits for the block's last write, copies it once, and hands the frames to the progress
 /// thread. A poisoned block sends its failure instead.
@@ -125,6 +128,19 @@ pub(crate) fn send_block<T: Scalar, S: AbelianSector>(
     item: u64,
     src: &AsyncArray<T, S>,
     l: usize,
+    dests: Vec<usize>,
+) -> Result<(), Error> {
+    send_region(comm, op, item, src, l, None, dests)
+}
+
+/// [`send_block`] of the box `region` of the block only (the whole block for `None`).
+pub(crate) fn send_region<T: Scalar, S: AbelianSector>(
+    comm: &Comm,
+    op: Op,
+    item: u64,
+    src: &AsyncArray<T, S>,
+    l: usize,
+    region: Option<Region>,
     dests: Vec<usize>,
 ) -> Result<(), Error> {
     if dests.is_empty() {
@@ -144,7 +160,12 @@ pub(crate) fn send_block<T: Scalar, S: AbelianSector>(
             return;
         }
         done.complete(|view| {
-            let bytes = block_bytes(&view);
+            let bytes = match &region {
+                None => block_bytes(&view),
+                Some((start, dims)) => {
+                    block_bytes(&view.sub_box(start, dims).expect("a box inside the block"))
+                }
+            };
             dests.iter().for_each(|&d| comm.send(d, op, item, &bytes));
             Ok(())
         });
@@ -172,6 +193,58 @@ pub(crate) fn recv_block<T: Scalar, S: AbelianSector>(
                 Err(e) => done.fail(Box::new(e)),
             }
         });
+    })?;
+    Ok(())
+}
+
+/// [`recv_block`] into the box `region` of the block only: the task writes that box and
+/// keeps the rest of the block.
+pub(crate) fn recv_region<T: Scalar, S: AbelianSector>(
+    comm: &Comm,
+    (op, item, source): (Op, u64, usize),
+    dst: &AsyncArray<T, S>,
+    l: usize,
+    (start, dims): Region,
+) -> Result<(), Error> {
+    let comm = comm.clone();
+    let write = dst.block(l)?.into_write();
+    schedule_deferred_named("mpi receive", write, move |done| {
+        comm.expect(source, op, item, move |frame: Frame| {
+            match frame.payload() {
+                Ok(bytes) => done.complete(|mut view| {
+                    let mut part = view
+                        .sub_box_mut(&start, &dims)
+                        .expect("a box inside the block");
+                    Ok(fill_block(&mut part, bytes)?)
+                }),
+                Err(e) => done.fail(Box::new(e)),
+            }
+        });
+    })?;
+    Ok(())
+}
+
+/// Copies the box `src_box` of block `from` of `src` into the box `dst_box` (of the same
+/// extents) of block `to` of `dst`, as a task that keeps the rest of `dst`'s block.
+pub(crate) fn copy_region<T: Scalar, S: AbelianSector>(
+    src: &AsyncArray<T, S>,
+    from: usize,
+    src_box: &Region,
+    dst: &AsyncArray<T, S>,
+    to: usize,
+    dst_box: &Region,
+) -> Result<(), Error> {
+    let access = (src.block(from)?.into_read(), dst.block(to)?.into_write());
+    let (src_box, dst_box) = (src_box.clone(), dst_box.clone());
+    schedule_named("copy block part", access, move |(s, mut d)| {
+        let s = s
+            .sub_box(&src_box.0, &src_box.1)
+            .expect("a box inside the block");
+        let mut d = d
+            .sub_box_mut(&dst_box.0, &dst_box.1)
+            .expect("a box inside the block");
+        zip_runs(&mut d, &s, |_, d, s| d.copy_from_slice(s));
+        Ok(())
     })?;
     Ok(())
 }

@@ -13,6 +13,8 @@
 //!   norm and inner products.
 //! - `contract`: contractions planned on every rank from the structures alone, each output
 //!   block computed by its owner from the operand blocks sent to it.
+//! - `DistArray::retile` and `tiled_leg`: a large sector cut into tiles for a SUMMA-style
+//!   product on a `ProcessMap::Grid`, and put back together.
 //! - `svd`: each coupled sector factored on the rank that holds it, one global truncation
 //!   agreed from the singular values every rank sends every other.
 //!
@@ -59,6 +61,8 @@ mod error;
 mod factor;
 #[cfg(feature = "mpi")]
 mod map;
+#[cfg(feature = "mpi")]
+mod tile;
 
 #[cfg(feature = "mpi")]
 pub use array::DistArray;
@@ -72,3 +76,5 @@ pub use error::Error;
 pub use factor::{DistSvd, svd};
 #[cfg(feature = "mpi")]
 pub use map::{Owners, ProcessMap};
+#[cfg(feature = "mpi")]
+pub use tile::tiled_leg;

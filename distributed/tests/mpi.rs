@@ -17,7 +17,7 @@ use tessera_blocks::testing::{Kind, random_leg, random_structure};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure, Leg};
 use tessera_coalesce::Truncation;
 use tessera_contract::Contraction;
-use tessera_distributed::{Comm, DistArray, Error, ProcessMap, World, contract, svd};
+use tessera_distributed::{Comm, DistArray, Error, ProcessMap, World, contract, svd, tiled_leg};
 
 fn main() {
     if !tessera_testing::under_mpirun() {
@@ -33,6 +33,8 @@ fn main() {
     say("contractions");
     for_each_kind(&comm, factorizations);
     say("SVD with global truncation, local vector operations");
+    for_each_kind(&comm, retiling);
+    say("re-tiling, SUMMA-style products on tiles");
     overlap(&comm);
     say("overlap");
     an_error_on_every_rank_leaves_them_in_step(&comm);
@@ -350,6 +352,92 @@ fn factorizations(comm: &Comm, rng: &mut ChaCha8Rng, kind: Kinds) {
         // The ranks are still in step.
         let y = DistArray::scatter(comm, &x, &ProcessMap::Cyclic).unwrap();
         assert!(y.gather().is_ok());
+    }
+    dispatch!(kind, run(comm, rng));
+}
+
+/// Re-tiling keeps every element where it was (to tiles and back, under every map), and a
+/// contraction of tiled operands on a grid, re-tiled back, is the one-process product; a
+/// leg that cuts another space is refused on every rank alike.
+fn retiling(comm: &Comm, rng: &mut ChaCha8Rng, kind: Kinds) {
+    fn tiles<S: Kind>(s: &BlockStructure<S>, max: usize) -> Vec<Leg<S>> {
+        s.legs()
+            .iter()
+            .map(|l| tiled_leg(l, max).unwrap())
+            .collect()
+    }
+    fn run<S: Kind>(comm: &Comm, rng: &mut ChaCha8Rng) {
+        let grid = ProcessMap::square_grid(comm.size());
+        for case in 0..4 {
+            let s = Arc::new(random_structure::<S>(rng));
+            let x = AsyncArray::<f64, S>::random(Arc::clone(&s), rng.r#gen());
+            let want = x.to_dense().unwrap();
+            for (m, map) in maps(&s, comm.size(), rng).iter().enumerate() {
+                let what = format!("{} case {case} map {m}", std::any::type_name::<S>());
+                let dx = DistArray::scatter(comm, &x, map).unwrap();
+                let tiled = dx.retile(tiles(&s, 1 + case % 2), &grid).unwrap();
+                let got = tiled.gather().unwrap().to_dense().unwrap();
+                assert_eq!(got, want, "{what}: tiled");
+                let back = tiled
+                    .retile(s.legs().to_vec(), &ProcessMap::BySector)
+                    .unwrap();
+                assert_eq!(back.structure(), &s, "{what}: structure back");
+                assert_eq!(
+                    back.gather().unwrap().to_dense().unwrap(),
+                    want,
+                    "{what}: back"
+                );
+            }
+        }
+        for case in 0..6 {
+            let (c, sa, sb) = random_contraction::<S>(rng);
+            let a = AsyncArray::<f64, S>::random(sa.clone(), rng.r#gen());
+            let b = AsyncArray::<f64, S>::random(sb.clone(), rng.r#gen());
+            let want = c.apply(&a, &b).unwrap();
+            let da = DistArray::scatter(comm, &a, &ProcessMap::BySector).unwrap();
+            let db = DistArray::scatter(comm, &b, &ProcessMap::BySector).unwrap();
+            let (ta, tb) = (
+                da.retile(tiles(&sa, 2), &grid).unwrap(),
+                db.retile(tiles(&sb, 2), &grid).unwrap(),
+            );
+            let tc = contract(&c, &ta, &tb, &grid).unwrap();
+            let dc = tc
+                .retile(want.structure().legs().to_vec(), &ProcessMap::BySector)
+                .unwrap();
+            let got = dc.gather().unwrap().to_dense().unwrap();
+            let want = want.to_dense().unwrap();
+            let what = format!("{} case {case}: {:?}", std::any::type_name::<S>(), c.spec());
+            let scale = want.iter().fold(1.0_f64, |m, x| m.max(x.abs()));
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-12 * scale, "{what}: {g} against {w}");
+            }
+        }
+        // A leg of another dimension: refused alike, and the ranks stay in step.
+        let s = loop {
+            let s = random_structure::<S>(rng);
+            if s.num_legs() > 0 {
+                break Arc::new(s);
+            }
+        };
+        let x = AsyncArray::<f64, S>::random(Arc::clone(&s), 3);
+        let dx = DistArray::scatter(comm, &x, &ProcessMap::Cyclic).unwrap();
+        let mut legs = s.legs().to_vec();
+        let l = &legs[0];
+        let mut segs: Vec<(S, usize)> = l
+            .segments()
+            .iter()
+            .map(|g| (g.sector.clone(), g.dim))
+            .collect();
+        segs[0].1 += 1;
+        legs[0] = Leg::tiled(l.direction(), segs).unwrap();
+        assert!(matches!(
+            dx.retile(legs, &ProcessMap::Cyclic),
+            Err(Error::Mismatch { .. })
+        ));
+        assert_eq!(
+            dx.gather().unwrap().to_dense().unwrap(),
+            x.to_dense().unwrap()
+        );
     }
     dispatch!(kind, run(comm, rng));
 }
