@@ -27,7 +27,7 @@ use tessera_distributed::{Comm, DistArray, ProcessMap, contract, svd};
 use super::environments::edges;
 use super::heff::{Contractions, Tensor, sweep_order};
 use super::lanczos::{KrylovVector, krylov};
-use super::{Bra, Settings, SweepStats, Toward, plan};
+use super::{Bra, Settings, SweepStats, Toward, plan, truncated};
 use crate::{Error, Mpo, Mps, Result, graded};
 
 /// A distributed real tensor.
@@ -218,13 +218,7 @@ impl<S: AbelianSector> DistDmrg<S> {
         let (tol, iter) = (self.settings.lanczos_tol, self.settings.lanczos_iter);
         let (energy, ground, matvecs) = krylov(apply, &theta, tol, iter)?;
         let f = svd(&ground, &Truncation::max_dim(self.settings.chi))?;
-        let discarded = if f.total_weight > 0.0 {
-            f.discarded_weight / f.total_weight
-        } else {
-            0.0
-        };
-        // Keep the state normalised after truncation.
-        let kept = (f.total_weight - f.discarded_weight).sqrt();
+        let (discarded, kept) = truncated(f.discarded_weight, f.total_weight);
         let s = f.s.map(|x| x / kept);
         let bond = f.s.len();
         match toward {

@@ -268,6 +268,17 @@ fn plan(sites: usize, sweeps_done: usize) -> Vec<(usize, Toward)> {
     plan
 }
 
+/// The discarded fraction of a truncated SVD's weight, and the norm of what is kept (the
+/// state is divided by it, to stay normalised after truncation).
+fn truncated(discarded_weight: f64, total_weight: f64) -> (f64, f64) {
+    let fraction = if total_weight > 0.0 {
+        discarded_weight / total_weight
+    } else {
+        0.0
+    };
+    (fraction, (total_weight - discarded_weight).sqrt())
+}
+
 /// What a run does after each sweep besides sweeping (a checkpoint), behind a trait object
 /// so that the sweep needs only [`AbelianSector`].
 pub(crate) trait AfterSweep<S: AbelianSector, P: Backend = Host>: std::fmt::Debug {
@@ -582,13 +593,7 @@ impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
         };
         let ground_pair = ground.vector.permute(&[0, 1, 2, 3], 2)?;
         let f = svd(&ground_pair, &Truncation::max_dim(self.settings.chi))?;
-        let discarded = if f.total_weight > 0.0 {
-            f.discarded_weight / f.total_weight
-        } else {
-            0.0
-        };
-        // Keep the state normalised after truncation.
-        let kept = (f.total_weight - f.discarded_weight).sqrt();
+        let (discarded, kept) = truncated(f.discarded_weight, f.total_weight);
         let s = f.s.to_array()?;
         s.scale(1.0 / kept);
         let s = s.to_placement(&self.w[0].placement())?;
