@@ -1,7 +1,9 @@
 //! Block-sparse singular value decomposition with global truncation.
 //!
-//! Owns [`svd`], its result [`Svd`] and [`SingularValues`]. Invariant: `A ≈ U · S · V†`
-//! sector by sector, `U` has orthonormal columns and `V†` orthonormal rows in every sector,
+//! Owns [`svd`], its result [`Svd`] and [`SingularValues`], and the same decomposition in
+//! stages for callers that truncate themselves ([`svd_sectors`], [`SectorSvds`],
+//! [`svd_layout`]: a distributed SVD whose sectors live on several processes).
+//! Invariant: `A ≈ U · S · V†` sector by sector, `U` has orthonormal columns and `V†` orthonormal rows in every sector,
 //! and the kept singular values are the largest over all sectors that the [`Truncation`]
 //! allows (see the `truncation` module); the bond leg has one segment per sector that keeps
 //! anything, of the kept dimension (see the `factor` module for legs and directions).
@@ -393,7 +395,7 @@ pub struct SvdLayout<S: AbelianSector> {
 ///
 /// # Errors
 ///
-/// A block-layer error when the labels are not increasing, or name no sector of `a`.
+/// A block-layer error when a label repeats.
 pub fn svd_layout<S: AbelianSector>(
     a: &BlockStructure<S>,
     kept: impl IntoIterator<Item = (S, usize)>,
