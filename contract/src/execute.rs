@@ -22,7 +22,7 @@ use tessera_backends::cpu::{
     gemm_parallelism, gemm_parallelism_alone, gemm_with, matrix_mut, matrix_ref,
 };
 use tessera_backends::{Field, Scalar};
-use tessera_blocks::{AbelianSector, AsyncArray, BlockRegion, Blocks};
+use tessera_blocks::{AbelianSector, AsyncArray, BlockRegion, BlockStructure, Blocks};
 use tessera_coalesce::Coalesce;
 use tessera_core::{Alias, ReadBuffer, Runtime, WriteBuffer, schedule_named};
 
@@ -108,6 +108,34 @@ impl Contraction {
         )
     }
 
+    /// The structure of `op(A) op(B)` for operands of structures `a` and `b`: the output's
+    /// legs, split and flux, every allowed block. From the legs alone, without planning
+    /// (what an output with some of the blocks, for
+    /// [`apply_into`](Contraction::apply_into), is built from).
+    ///
+    /// ```
+    /// use tessera_blocks::{BlockStructure, Direction, Leg, U1};
+    /// use tessera_contract::Contraction;
+    ///
+    /// let v = Leg::new(Direction::In, [(U1(0), 2), (U1(1), 3)])?;
+    /// let m = BlockStructure::new([v.clone()], [v.dual()], U1(0))?;
+    /// let out = Contraction::new("ij,jk->ik")?.output_of(&m, &m)?;
+    /// assert_eq!(out, m);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Arity`] when an operand has not as many legs as the spec labels,
+    /// [`Error::Legs`] when a contracted pair of legs cannot be contracted.
+    pub fn output_of<S: AbelianSector>(
+        &self,
+        a: &BlockStructure<S>,
+        b: &BlockStructure<S>,
+    ) -> Result<BlockStructure<S>, Error> {
+        crate::plan::output_structure(&self.spec, self.conj, a, b)
+    }
+
     /// `op(A) op(B)` into a new array, in the operands' storage domain and run by its
     /// backend: host arrays ([`AsyncArray`]) on the CPU, device arrays (`DeviceArray`, with
     /// the `cuda` feature) through cuBLAS on their device.
@@ -167,9 +195,20 @@ impl Contraction {
         beta: A::Scalar,
         c: &A,
     ) -> Result<(), Error> {
-        let mut plan = self.plan(a, b)?;
-        let (full, given) = (plan.output(), c.structure());
-        if !(Arc::ptr_eq(given, full) || given == full) {
+        let given = c.structure();
+        let plan = if given.num_blocks() == given.num_allowed() {
+            let plan = self.plan(a, b)?;
+            if !(Arc::ptr_eq(given, plan.output()) || given == plan.output()) {
+                return Err(Error::Output {
+                    expected: plan.output().summary(),
+                    given: given.summary(),
+                });
+            }
+            plan
+        } else {
+            // `C` has some of the output's blocks: compute those only, from a plan for them
+            // (the full product is not planned).
+            let full = self.output_of(a.structure(), b.structure())?;
             let some_blocks = given.legs() == full.legs()
                 && given.n_codomain() == full.n_codomain()
                 && given.flux() == full.flux();
@@ -179,8 +218,7 @@ impl Contraction {
                     given: given.summary(),
                 });
             }
-            // `C` has some of the output's blocks: compute those only.
-            plan = self.cache.plan::<A::Scalar, A::Symmetry>(
+            let plan = self.cache.plan::<A::Scalar, A::Symmetry>(
                 &self.spec,
                 self.conj,
                 a.structure(),
@@ -191,7 +229,8 @@ impl Contraction {
                 plan.output() == given,
                 "a plan for some blocks has them all"
             );
-        }
+            plan
+        };
         a.check_domain(b)?;
         a.check_domain(c)?;
         for (operand, x) in [("A", a), ("B", b)] {

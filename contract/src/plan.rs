@@ -406,6 +406,112 @@ pub(crate) fn effective<S: AbelianSector>(leg: &Leg<S>, conj: bool) -> Leg<S> {
     if conj { leg.dual() } else { leg.clone() }
 }
 
+/// The product of `spec` on operands of structures `a` and `b` (conjugated where `conj`
+/// says) before its output permutation: `A`'s free legs then `B`'s, split between them, the
+/// fused flux, every allowed block; and the permutation of its legs into the spec's output
+/// order. The arities must have been checked.
+fn product_structure<S: AbelianSector>(
+    spec: &Spec,
+    conj: [bool; 2],
+    a: &BlockStructure<S>,
+    b: &BlockStructure<S>,
+) -> Result<(BlockStructure<S>, Vec<usize>), Error> {
+    let (la, lb) = (spec.a(), spec.b());
+    let k = spec.contracted();
+    let free_a: Vec<char> = la.iter().copied().filter(|c| !k.contains(c)).collect();
+    let free_b: Vec<char> = lb.iter().copied().filter(|c| !k.contains(c)).collect();
+    let eff_flux = |s: &BlockStructure<S>, conj: bool| {
+        if conj {
+            s.flux().dual()
+        } else {
+            s.flux().clone()
+        }
+    };
+    let legs: Vec<Leg<S>> = free_a
+        .iter()
+        .map(|&c| effective(&a.legs()[position(la, c)], conj[0]))
+        .chain(
+            free_b
+                .iter()
+                .map(|&c| effective(&b.legs()[position(lb, c)], conj[1])),
+        )
+        .collect();
+    let flux = eff_flux(a, conj[0]).fuse_abelian(&eff_flux(b, conj[1]));
+    let product = BlockStructure::from_legs(legs, free_a.len(), flux)?;
+    let cprime: Vec<char> = free_a.iter().chain(&free_b).copied().collect();
+    let out_perm: Vec<usize> = spec
+        .output()
+        .iter()
+        .map(|&c| position(&cprime, c))
+        .collect();
+    Ok((product, out_perm))
+}
+
+/// The structure of the output of `spec` on operands of structures `a` and `b`: its legs,
+/// split and flux, every allowed block (what [`Plan::output`] is for an unmasked output),
+/// from the legs alone, without planning a block.
+///
+/// # Errors
+///
+/// [`Error::Arity`] when an operand has not as many legs as the spec labels, [`Error::Legs`]
+/// when a contracted pair of legs cannot be contracted.
+pub(crate) fn output_structure<S: AbelianSector>(
+    spec: &Spec,
+    conj: [bool; 2],
+    a: &BlockStructure<S>,
+    b: &BlockStructure<S>,
+) -> Result<BlockStructure<S>, Error> {
+    check_arity(spec, a, b)?;
+    check_contractible(spec, conj, a, b)?;
+    let (product, out_perm) = product_structure(spec, conj, a, b)?;
+    if is_identity(&out_perm, spec.output_codomain(), &product) {
+        return Ok(product);
+    }
+    Ok(product
+        .permuted(&out_perm, spec.output_codomain())?
+        .structure)
+}
+
+/// [`Error::Legs`] unless each contracted pair of legs can be contracted.
+fn check_contractible<S: AbelianSector>(
+    spec: &Spec,
+    conj: [bool; 2],
+    a: &BlockStructure<S>,
+    b: &BlockStructure<S>,
+) -> Result<(), Error> {
+    let (la, lb) = (spec.a(), spec.b());
+    for c in spec.contracted() {
+        let (i, j) = (position(la, c), position(lb, c));
+        let x = effective(&a.legs()[i], conj[0]);
+        let y = effective(&b.legs()[j], conj[1]);
+        Leg::check_contractible(&x, &y).map_err(|source| Error::Legs {
+            label: c,
+            a_leg: i,
+            b_leg: j,
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// [`Error::Arity`] unless each operand has as many legs as the spec labels.
+fn check_arity<S: AbelianSector>(
+    spec: &Spec,
+    a: &BlockStructure<S>,
+    b: &BlockStructure<S>,
+) -> Result<(), Error> {
+    for (operand, labels, s) in [("A", spec.a(), a), ("B", spec.b(), b)] {
+        if labels.len() != s.num_legs() {
+            return Err(Error::Arity {
+                operand,
+                expected: labels.len(),
+                given: s.num_legs(),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn position(labels: &[char], c: char) -> usize {
     labels
         .iter()
@@ -428,15 +534,7 @@ impl<S: AbelianSector> Plan<S> {
         small_min: usize,
         output_present: Option<&BitSlice>,
     ) -> Result<Self, Error> {
-        for (operand, labels, s) in [("A", spec.a(), a), ("B", spec.b(), b)] {
-            if labels.len() != s.num_legs() {
-                return Err(Error::Arity {
-                    operand,
-                    expected: labels.len(),
-                    given: s.num_legs(),
-                });
-            }
-        }
+        check_arity(spec, a, b)?;
         let (la, lb) = (spec.a(), spec.b());
         let k_a = spec.contracted();
         let free_a: Vec<char> = la.iter().copied().filter(|c| !k_a.contains(c)).collect();
@@ -450,17 +548,7 @@ impl<S: AbelianSector> Plan<S> {
         } else {
             k_a
         };
-        for &c in &k {
-            let (i, j) = (position(la, c), position(lb, c));
-            let x = effective(&a.legs()[i], conj[0]);
-            let y = effective(&b.legs()[j], conj[1]);
-            Leg::check_contractible(&x, &y).map_err(|source| Error::Legs {
-                label: c,
-                a_leg: i,
-                b_leg: j,
-                source,
-            })?;
-        }
+        check_contractible(spec, conj, a, b)?;
         let perm_a: Vec<usize> = free_a.iter().chain(&k).map(|&c| position(la, c)).collect();
         let perm_b: Vec<usize> = k.iter().chain(&free_b).map(|&c| position(lb, c)).collect();
         let mut op_a = operand(a, perm_a, free_a.len())?;
@@ -475,30 +563,8 @@ impl<S: AbelianSector> Plan<S> {
             pairing_signs(&mut op_a, &mut op_b, a, b, &a_in)?;
         }
 
-        let eff_flux = |s: &BlockStructure<S>, conj: bool| {
-            if conj {
-                s.flux().dual()
-            } else {
-                s.flux().clone()
-            }
-        };
-        let legs: Vec<Leg<S>> = free_a
-            .iter()
-            .map(|&c| effective(&a.legs()[position(la, c)], conj[0]))
-            .chain(
-                free_b
-                    .iter()
-                    .map(|&c| effective(&b.legs()[position(lb, c)], conj[1])),
-            )
-            .collect();
-        let flux = eff_flux(a, conj[0]).fuse_abelian(&eff_flux(b, conj[1]));
-        let mut product = Arc::new(BlockStructure::from_legs(legs, free_a.len(), flux)?);
-        let cprime: Vec<char> = free_a.iter().chain(&free_b).copied().collect();
-        let out_perm: Vec<usize> = spec
-            .output()
-            .iter()
-            .map(|&c| position(&cprime, c))
-            .collect();
+        let (product, out_perm) = product_structure(spec, conj, a, b)?;
+        let mut product = Arc::new(product);
         if let Some(mask) = output_present {
             // Every allowed block of the full product is present, so block ids are allowed
             // ids on both sides; the product keeps the blocks that land in the mask.

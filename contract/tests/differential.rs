@@ -297,6 +297,9 @@ fn differential<T: Field + Approx, S: Kind>(seed: u64, cases: usize) {
             let what = || format!("{} case {n}: {plan}", std::any::type_name::<S>());
             let out = c.apply_scaled(alpha, &a, &b).unwrap();
             assert_eq!(out.structure(), plan.output());
+            // The output's structure from the legs alone is the plan's.
+            let unplanned = c.output_of(a.structure(), b.structure()).unwrap();
+            assert_eq!(&unplanned, &**plan.output(), "{}", what());
             let got = out.to_dense().unwrap();
             let want = reference(&case, &da, &db, alpha, T::ZERO, &vec![T::ZERO; got.len()]);
             assert_close_in_norm(&got, &want, 1e-12, Lazy(&what));

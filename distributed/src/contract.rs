@@ -98,8 +98,8 @@ pub fn contract<T: Field, S: AbelianSector>(
     let comm = a.comm();
     let op = comm.begin();
     comm.or_abort(op, || {
-        // The local arrays carry the global legs, so the plan's output is the global one.
-        let output = Arc::clone(contraction.plan(a.local(), b.local())?.output());
+        // From the legs alone: each rank plans only its own blocks, below.
+        let output = Arc::new(contraction.output_of(a.structure(), b.structure())?);
         let owners = map.resolve(&output, comm.size())?;
         let spec = contraction.spec();
         let [need_a, need_b] = needs(
