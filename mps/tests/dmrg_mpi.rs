@@ -33,6 +33,23 @@ fn main() {
                 sweep + 1
             );
         }
+        // An MPS of another length, or of other sites, is refused with a typed error.
+        let other = Model::parse("heisenberg:L=8,S=1").unwrap();
+        let mismatch = match (&model, &other) {
+            (Model::Spin(m), Model::Spin(o)) => Some(
+                DistDmrg::new(
+                    comm,
+                    m.mpo().unwrap(),
+                    o.initial_state().unwrap(),
+                    Settings::new(4),
+                )
+                .unwrap_err(),
+            ),
+            _ => None,
+        };
+        if let Some(e) = mismatch {
+            assert!(matches!(e, tessera_mps::Error::Dmrg { .. }), "{e}");
+        }
         println!(
             "rank {}/{}: {spec} E0 = {:.12} ok",
             comm.rank(),

@@ -27,8 +27,8 @@ use tessera_distributed::{Comm, DistArray, ProcessMap, contract, svd};
 use super::environments::edges;
 use super::heff::{Contractions, Tensor, sweep_order};
 use super::lanczos::{KrylovVector, krylov};
-use super::{Bra, Settings, SweepStats, Toward, plan, truncated};
-use crate::{Error, Mpo, Mps, Result, graded};
+use super::{Bra, Settings, SweepStats, Toward, check_run, plan, truncated};
+use crate::{Mpo, Mps, Result, graded};
 
 /// A distributed real tensor.
 type Dist<S> = DistArray<f64, S>;
@@ -100,19 +100,13 @@ impl<S: AbelianSector> DistDmrg<S> {
     ///
     /// # Errors
     ///
-    /// [`Error::Dmrg`] for invalid settings, fewer than two sites or a chain length that
-    /// differs between `mpo` and `start`; the distributed operations' errors
-    /// ([`Error::Distributed`]).
+    /// [`Error::Dmrg`](crate::Error::Dmrg) for invalid settings, fewer than two sites, or a
+    /// chain length or a physical leg that differs between `mpo` and `start` (the same on
+    /// every rank: nothing is distributed then); the distributed operations' errors
+    /// ([`Error::Distributed`](crate::Error::Distributed)).
     pub fn new(comm: &Comm, mpo: Mpo<S>, start: Mps<S>, settings: Settings) -> Result<Self> {
-        settings.check()?;
+        check_run(&mpo, &start, &settings)?;
         let l = start.len();
-        if l < 2 || mpo.len() != l {
-            return Err(Error::Dmrg {
-                what: "chain length".into(),
-                expected: format!("an MPS of the MPO's length ({}), at least 2", mpo.len()),
-                found: format!("an MPS of {l} sites"),
-            });
-        }
         let tensors = start.into_tensors();
         let (left_edge, right_edge) = edges(&tensors[0], &tensors[l - 1], &mpo)?;
         let place =

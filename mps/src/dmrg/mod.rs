@@ -268,6 +268,31 @@ fn plan(sites: usize, sweeps_done: usize) -> Vec<(usize, Toward)> {
     plan
 }
 
+/// [`Error::Dmrg`] for invalid settings, fewer than two sites, or a chain length or a
+/// physical leg that differs between `mpo` and `start`.
+fn check_run<S: AbelianSector>(mpo: &Mpo<S>, start: &Mps<S>, settings: &Settings) -> Result<()> {
+    settings.check()?;
+    let l = start.len();
+    if l < 2 || mpo.len() != l {
+        return Err(Error::Dmrg {
+            what: "chain length".into(),
+            expected: format!("an MPS of the MPO's length ({}), at least 2", mpo.len()),
+            found: format!("an MPS of {l} sites"),
+        });
+    }
+    for i in 0..l {
+        let (a, w) = (start.physical_leg(i), mpo.physical_leg(i));
+        if a != w {
+            return Err(Error::Dmrg {
+                what: format!("physical leg of site {i}"),
+                expected: format!("the MPO's {w:?}"),
+                found: format!("the MPS's {a:?}"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The discarded fraction of a truncated SVD's weight, and the norm of what is kept (the
 /// state is divided by it, to stay normalised after truncation).
 fn truncated(discarded_weight: f64, total_weight: f64) -> (f64, f64) {
@@ -346,25 +371,8 @@ impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
 
     /// The run of `mpo` from `start` with only its edge environments.
     fn unprepared(placement: &P, mpo: Mpo<S>, start: Mps<S>, settings: Settings) -> Result<Self> {
-        settings.check()?;
+        check_run(&mpo, &start, &settings)?;
         let l = start.len();
-        if l < 2 || mpo.len() != l {
-            return Err(Error::Dmrg {
-                what: "chain length".into(),
-                expected: format!("an MPS of the MPO's length ({}), at least 2", mpo.len()),
-                found: format!("an MPS of {l} sites"),
-            });
-        }
-        for i in 0..l {
-            let (a, w) = (start.physical_leg(i), mpo.physical_leg(i));
-            if a != w {
-                return Err(Error::Dmrg {
-                    what: format!("physical leg of site {i}"),
-                    expected: format!("the MPO's {w:?}"),
-                    found: format!("the MPS's {a:?}"),
-                });
-            }
-        }
         let mps = start
             .into_tensors()
             .iter()
