@@ -184,67 +184,39 @@ pub(crate) fn recv_block<T: Scalar, S: AbelianSector>(
     dst: &AsyncArray<T, S>,
     l: usize,
 ) -> Result<(), Error> {
-    let comm = comm.clone();
-    let write = dst.block(l)?.into_overwrite();
-    schedule_deferred_named("mpi receive", write, move |done| {
-        comm.expect(source, op, item, move |frame: Frame| {
-            match frame.payload() {
-                Ok(bytes) => done.complete(|mut view| Ok(fill_block(&mut view, bytes)?)),
-                Err(e) => done.fail(Box::new(e)),
-            }
-        });
-    })?;
-    Ok(())
+    recv_region(comm, (op, item, source), dst, l, None)
 }
 
-/// [`recv_block`] into the box `region` of the block only: the task writes that box and
-/// keeps the rest of the block.
+/// [`recv_block`] into the box `region` of the block only (the whole block for `None`): the
+/// task then writes that box and keeps the rest of the block.
 pub(crate) fn recv_region<T: Scalar, S: AbelianSector>(
     comm: &Comm,
     (op, item, source): (Op, u64, usize),
     dst: &AsyncArray<T, S>,
     l: usize,
-    (start, dims): Region,
+    region: Option<Region>,
 ) -> Result<(), Error> {
     let comm = comm.clone();
-    let write = dst.block(l)?.into_write();
+    let block = dst.block(l)?;
+    let write = match region {
+        None => block.into_overwrite(),
+        Some(_) => block.into_write(),
+    };
     schedule_deferred_named("mpi receive", write, move |done| {
         comm.expect(source, op, item, move |frame: Frame| {
             match frame.payload() {
-                Ok(bytes) => done.complete(|mut view| {
-                    let mut part = view
-                        .sub_box_mut(&start, &dims)
-                        .expect("a box inside the block");
-                    Ok(fill_block(&mut part, bytes)?)
+                Ok(bytes) => done.complete(|mut view| match &region {
+                    None => Ok(fill_block(&mut view, bytes)?),
+                    Some((start, dims)) => {
+                        let mut part = view
+                            .sub_box_mut(start, dims)
+                            .expect("a box inside the block");
+                        Ok(fill_block(&mut part, bytes)?)
+                    }
                 }),
                 Err(e) => done.fail(Box::new(e)),
             }
         });
-    })?;
-    Ok(())
-}
-
-/// Copies the box `src_box` of block `from` of `src` into the box `dst_box` (of the same
-/// extents) of block `to` of `dst`, as a task that keeps the rest of `dst`'s block.
-pub(crate) fn copy_region<T: Scalar, S: AbelianSector>(
-    src: &AsyncArray<T, S>,
-    from: usize,
-    src_box: &Region,
-    dst: &AsyncArray<T, S>,
-    to: usize,
-    dst_box: &Region,
-) -> Result<(), Error> {
-    let access = (src.block(from)?.into_read(), dst.block(to)?.into_write());
-    let (src_box, dst_box) = (src_box.clone(), dst_box.clone());
-    schedule_named("copy block part", access, move |(s, mut d)| {
-        let s = s
-            .sub_box(&src_box.0, &src_box.1)
-            .expect("a box inside the block");
-        let mut d = d
-            .sub_box_mut(&dst_box.0, &dst_box.1)
-            .expect("a box inside the block");
-        zip_runs(&mut d, &s, |_, d, s| d.copy_from_slice(s));
-        Ok(())
     })?;
     Ok(())
 }
@@ -256,12 +228,34 @@ pub(crate) fn copy_block<T: Scalar, S: AbelianSector>(
     dst: &AsyncArray<T, S>,
     to: usize,
 ) -> Result<(), Error> {
-    let access = (
-        src.block(from)?.into_read(),
-        dst.block(to)?.into_overwrite(),
-    );
-    schedule_named("copy block", access, |(s, mut d)| {
-        zip_runs(&mut d, &s, |_, d, s| d.copy_from_slice(s));
+    copy_region(src, from, dst, to, None)
+}
+
+/// [`copy_block`] of the box `boxes.0` of the source block into the box `boxes.1` (of the
+/// same extents) of the destination block (the whole blocks for `None`): the task then
+/// keeps the rest of the destination block.
+pub(crate) fn copy_region<T: Scalar, S: AbelianSector>(
+    src: &AsyncArray<T, S>,
+    from: usize,
+    dst: &AsyncArray<T, S>,
+    to: usize,
+    boxes: Option<(Region, Region)>,
+) -> Result<(), Error> {
+    let block = dst.block(to)?;
+    let write = match boxes {
+        None => block.into_overwrite(),
+        Some(_) => block.into_write(),
+    };
+    let access = (src.block(from)?.into_read(), write);
+    schedule_named("copy block", access, move |(s, mut d)| {
+        match &boxes {
+            None => zip_runs(&mut d, &s, |_, d, s| d.copy_from_slice(s)),
+            Some(((s0, n0), (d0, n1))) => {
+                let s = s.sub_box(s0, n0).expect("a box inside the block");
+                let mut d = d.sub_box_mut(d0, n1).expect("a box inside the block");
+                zip_runs(&mut d, &s, |_, d, s| d.copy_from_slice(s))
+            }
+        };
         Ok(())
     })?;
     Ok(())

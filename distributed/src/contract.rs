@@ -111,7 +111,6 @@ pub fn contract<T: Field, S: AbelianSector>(
             |c| owners.of(c),
         );
         let me = comm.rank();
-        // Each operand's working copy: the blocks this rank needs, owned or received.
         // Each operand as this rank reads it: its own local array when every block it needs
         // is its own (the pairs that write other ranks' blocks are not planned), else a
         // working copy of the blocks it needs, owned or received.

@@ -157,10 +157,9 @@ impl<T: Scalar, S: AbelianSector> DistArray<T, S> {
                             (true, true) => copy_region(
                                 self.local(),
                                 self.local_id(g).expect("owned"),
-                                &src,
                                 out.local(),
                                 out.local_id(b.id()).expect("owned"),
-                                &dst,
+                                Some((src, dst)),
                             )?,
                             (true, false) => send_region(
                                 comm,
@@ -176,7 +175,7 @@ impl<T: Scalar, S: AbelianSector> DistArray<T, S> {
                                 (op, this, from),
                                 out.local(),
                                 out.local_id(b.id()).expect("owned"),
-                                dst,
+                                Some(dst),
                             )?,
                             (false, false) => {}
                         }
