@@ -208,13 +208,14 @@ impl Contraction {
         } else {
             // `C` has some of the output's blocks: compute those only, from a plan for them
             // (the full product is not planned).
-            let full = self.output_of(a.structure(), b.structure())?;
-            let some_blocks = given.legs() == full.legs()
-                && given.n_codomain() == full.n_codomain()
-                && given.flux() == full.flux();
+            let (legs, n_codomain, flux) =
+                crate::plan::output_legs(&self.spec, self.conj, a.structure(), b.structure())?;
+            let some_blocks = given.legs() == legs.as_slice()
+                && given.n_codomain() == n_codomain
+                && *given.flux() == flux;
             if !some_blocks {
                 return Err(Error::Output {
-                    expected: full.summary(),
+                    expected: self.output_of(a.structure(), b.structure())?.summary(),
                     given: given.summary(),
                 });
             }

@@ -407,15 +407,15 @@ pub(crate) fn effective<S: AbelianSector>(leg: &Leg<S>, conj: bool) -> Leg<S> {
 }
 
 /// The product of `spec` on operands of structures `a` and `b` (conjugated where `conj`
-/// says) before its output permutation: `A`'s free legs then `B`'s, split between them, the
-/// fused flux, every allowed block; and the permutation of its legs into the spec's output
-/// order. The arities must have been checked.
-fn product_structure<S: AbelianSector>(
+/// says) before its output permutation: `A`'s free legs then `B`'s, how many are `A`'s (its
+/// codomain), the fused flux; and the permutation of its legs into the spec's output order.
+/// The arities must have been checked.
+fn product_legs<S: AbelianSector>(
     spec: &Spec,
     conj: [bool; 2],
     a: &BlockStructure<S>,
     b: &BlockStructure<S>,
-) -> Result<(BlockStructure<S>, Vec<usize>), Error> {
+) -> (Vec<Leg<S>>, usize, S, Vec<usize>) {
     let (la, lb) = (spec.a(), spec.b());
     let k = spec.contracted();
     let free_a: Vec<char> = la.iter().copied().filter(|c| !k.contains(c)).collect();
@@ -437,14 +437,45 @@ fn product_structure<S: AbelianSector>(
         )
         .collect();
     let flux = eff_flux(a, conj[0]).fuse_abelian(&eff_flux(b, conj[1]));
-    let product = BlockStructure::from_legs(legs, free_a.len(), flux)?;
     let cprime: Vec<char> = free_a.iter().chain(&free_b).copied().collect();
     let out_perm: Vec<usize> = spec
         .output()
         .iter()
         .map(|&c| position(&cprime, c))
         .collect();
-    Ok((product, out_perm))
+    (legs, free_a.len(), flux, out_perm)
+}
+
+/// The product's structure ([`product_legs`], every allowed block) and the permutation of
+/// its legs into the spec's output order. The arities must have been checked.
+fn product_structure<S: AbelianSector>(
+    spec: &Spec,
+    conj: [bool; 2],
+    a: &BlockStructure<S>,
+    b: &BlockStructure<S>,
+) -> Result<(BlockStructure<S>, Vec<usize>), Error> {
+    let (legs, n_codomain, flux, out_perm) = product_legs(spec, conj, a, b);
+    Ok((BlockStructure::from_legs(legs, n_codomain, flux)?, out_perm))
+}
+
+/// The output's legs in the spec's order, its codomain count and its flux, for operands of
+/// structures `a` and `b`: what an output array must have, checked without building a
+/// structure (a cheap check on every call of an `apply_into` with some of the blocks).
+///
+/// # Errors
+///
+/// As [`output_structure`].
+pub(crate) fn output_legs<S: AbelianSector>(
+    spec: &Spec,
+    conj: [bool; 2],
+    a: &BlockStructure<S>,
+    b: &BlockStructure<S>,
+) -> Result<(Vec<Leg<S>>, usize, S), Error> {
+    check_arity(spec, a, b)?;
+    check_contractible(spec, conj, a, b)?;
+    let (legs, _, flux, out_perm) = product_legs(spec, conj, a, b);
+    let legs = out_perm.iter().map(|&i| legs[i].clone()).collect();
+    Ok((legs, spec.output_codomain(), flux))
 }
 
 /// The structure of the output of `spec` on operands of structures `a` and `b`: its legs,
