@@ -28,7 +28,7 @@ use crate::structure::{BlockStructure, Permuted};
 use crate::tensor::{Tensor, TensorAlias};
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
-use tessera_backends::cpu::{CopyPlan, PARALLEL_BLOCK_ELEMS};
+use tessera_backends::cpu::{CopyPlan, PARALLEL_BLOCK_ELEMS, STREAM_BYTES};
 use tessera_backends::{Moved, Permutation, Placement, Scalar};
 use tessera_core::{Async, schedule_sequential_named};
 
@@ -143,13 +143,6 @@ fn runs(lens: impl Iterator<Item = usize>) -> Vec<std::ops::Range<usize>> {
 /// while it enrolls, and with 4,096-element blocks in cache four tasks per worker cost a
 /// tenth more time per permutation on two cores (measured beside one and two, which tie).
 const PERMUTE_TASKS_PER_WORKER: usize = 2;
-
-/// The bytes a permutation writes from which it streams its stores (a host hint,
-/// [`Permutation::streaming`]): with source and destination together beyond a last-level
-/// cache of 32 MiB, the first blocks written are evicted before the permutation ends, so
-/// reading the destination into cache first (what an ordinary store does) only costs memory
-/// traffic. Smaller results stay in cache for the contraction that usually reads them next.
-const STREAM_BYTES: usize = 16 << 20;
 
 /// What one task of an elementwise operation covers.
 pub(crate) enum Piece<'i> {

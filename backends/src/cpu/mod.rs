@@ -26,6 +26,50 @@ pub use small::{SmallLegs, SmallOutput, SmallPair, SmallShapeMismatch, contract_
 use crate::Scalar;
 use tessera_core::{StridedMut, StridedRef, zip_runs, zip_runs_ref};
 
+/// The bytes a kernel's result takes from which it streams its stores ([`Stores::Streaming`]):
+/// with source and destination together beyond a last-level cache of 32 MiB, the first
+/// blocks written are evicted before the kernel ends, so reading the destination into cache
+/// first (what an ordinary store does) only costs memory traffic. Smaller results stay in
+/// cache for whatever reads them next (usually a contraction).
+pub const STREAM_BYTES: usize = 16 << 20;
+
+/// `*d = v` with a non-temporal store (`movnti`, one 8-byte word at a time) for element
+/// types whose size is a multiple of 8 bytes and alignment at least 8 (f64 and complex
+/// f64); an ordinary store for the rest, off x86-64 and under Miri. The caller fences the
+/// stores ([`fence_streams`]) before the result is published.
+///
+/// # Safety
+///
+/// `d` is valid for writes, aligned, and not accessed by anything else until the fence.
+#[inline(always)]
+pub(crate) unsafe fn store_streaming<T: Copy>(d: *mut T, v: T) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if size_of::<T>().is_multiple_of(8) && align_of::<T>() >= 8 {
+        let from = (&raw const v).cast::<i64>();
+        let to = d.cast::<i64>();
+        for w in 0..size_of::<T>() / 8 {
+            // SAFETY: `to.add(w)` is inside `*d` (the caller's) and 8-byte aligned (`T`
+            // is); `from.add(w)` is inside the local `v`. `movnti` is SSE2, part of the
+            // x86-64 baseline.
+            unsafe { std::arch::x86_64::_mm_stream_si64(to.add(w), from.add(w).read()) };
+        }
+        return;
+    }
+    // SAFETY: the caller's.
+    unsafe { d.write(v) };
+}
+
+/// Orders the non-temporal stores of [`store_streaming`] before whatever publishes the
+/// result to another thread (a release store does not order them).
+#[inline(always)]
+pub(crate) fn fence_streams() {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: `sfence` only orders stores; SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
 /// Two operands of one kernel have different dims.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(

@@ -9,12 +9,20 @@
 //! read or written once, in place, through their strides, so a contraction that would permute
 //! the large operand and its product (two passes over memory each) costs one pass.
 //!
+//! How it runs: the output blocks of one call share X's free extents, so at each index of
+//! X's outer free legs the call reads each distinct column of X it needs once (prefetched a
+//! few indices ahead) and writes the output columns in runs of four, each summed in
+//! registers (for `f64`, fused multiply-adds on AVX2 or AVX-512 vectors) and stored once; an
+//! output larger than the last-level cache is stored past it ([`Stores::Streaming`]).
+//!
 //! Invariant: every offset the kernel forms is a multi-index of its view with each index
 //! below that axis's extent (the extents are checked against each other before anything is
 //! written), so every read and write stays inside a view's checked extent, and each element
 //! of `C` is written once per call.
 
+use super::{Stores, fence_streams, store_streaming};
 use crate::Scalar;
+use std::collections::HashMap;
 use tessera_core::{StridedMut, StridedRef};
 
 /// Where the legs of a contraction with a small operand `Y` sit in the large operand `X`
@@ -157,222 +165,485 @@ fn check<T: Copy>(
     Ok((want_free, want_j))
 }
 
-/// What one output block's loop needs, resolved from the views once per call.
-struct Prepared<T> {
-    /// Offsets in C of each multi-index of Y's free legs, and of the outer legs.
-    c_j: Vec<isize>,
-    c_outer: Vec<isize>,
-    /// Per pair: the K offsets in X, X's inner stride and X's outer offsets.
-    pairs: Vec<(Vec<isize>, isize, Vec<isize>)>,
-    /// The coefficients `scale * op(Y)[k, j]`, a row per K index of each pair in turn (J
-    /// contiguous): one row per column the loop reads.
+/// The columns of the large operand one call reads, the output columns it writes, and the
+/// coefficients between them, resolved from the views once per call (they do not change
+/// along the outer legs): the distinct blocks of X, each distinct column of X (a block and
+/// a multi-index of the contracted legs) once however many output blocks read it.
+struct Tables<T> {
+    /// Per distinct X block: its data, its inner stride and the offsets of the outer legs.
+    blocks: Vec<(*const T, isize, Vec<isize>)>,
+    /// Per distinct column of X: its block and the offset of its contracted multi-index.
+    sources: Vec<(usize, isize)>,
+    /// Per output column: its block's data and the offsets of the outer legs (shared by
+    /// the columns of one block), the offset of Y's free multi-index, and its stride.
+    targets: Vec<(usize, isize, isize)>,
+    outputs: Vec<(*mut T, Vec<isize>)>,
+    /// Runs of at most [`BLOCK_COLUMNS`] consecutive output columns of one stride.
+    runs: Vec<ColumnRun>,
+    /// The sources with a nonzero coefficient for a run, run by run.
+    live: Vec<usize>,
+    /// `scale * op(Y)[k, j]` for each entry of `live` and each column `j` of its run.
     coefs: Vec<T>,
 }
 
-fn prepare<T: Scalar>(
-    legs: &SmallLegs,
-    conj_y: bool,
-    c: &StridedMut<'_, T>,
-    pairs: &[SmallPair<'_, '_, T>],
-    outer_dims: &[usize],
-    j_dims: &[usize],
-) -> Prepared<T> {
-    let cs = c.strides();
-    let [c_j] = offsets(j_dims, [&strides_of(cs, legs.free_y.iter().map(|l| l.1))]);
-    let [c_outer] = offsets(
-        outer_dims,
-        [&strides_of(cs, legs.outer.iter().map(|l| l.1))],
-    );
-    let mut coefs = Vec::new();
-    let pairs = pairs
-        .iter()
-        .map(|p| {
-            let (xs, ys) = (p.x.strides(), p.y.strides());
-            let kd = extents(p.x.dims(), legs.contracted.iter().map(|l| l.0));
-            let [x_k, y_k] = offsets(
-                &kd,
-                [
-                    &strides_of(xs, legs.contracted.iter().map(|l| l.0)),
-                    &strides_of(ys, legs.contracted.iter().map(|l| l.1)),
-                ],
+impl<T: Scalar> Tables<T> {
+    fn new(
+        legs: &SmallLegs,
+        conj_y: bool,
+        outputs: &mut [SmallOutput<'_, '_, '_, T>],
+        outer_dims: &[usize],
+        j_dims: &[Vec<usize>],
+    ) -> Self {
+        let mut blocks: Vec<(*const T, isize, Vec<isize>)> = Vec::new();
+        let mut block_of: HashMap<(*const T, &[isize]), usize> = HashMap::new();
+        let mut sources: Vec<(usize, isize)> = Vec::new();
+        let mut source_of: HashMap<(usize, isize), usize> = HashMap::new();
+        let mut targets = Vec::new();
+        let mut outs = Vec::with_capacity(outputs.len());
+        // Per output column, its sources and their coefficients.
+        let mut by_target: Vec<Vec<(usize, T)>> = Vec::new();
+        for ((c, pairs), j_dims) in outputs.iter_mut().zip(j_dims) {
+            let cs = c.strides();
+            let [c_j] = offsets(j_dims, [&strides_of(cs, legs.free_y.iter().map(|l| l.1))]);
+            let [c_outer] = offsets(
+                outer_dims,
+                [&strides_of(cs, legs.outer.iter().map(|l| l.1))],
             );
-            let [y_j] = offsets(j_dims, [&strides_of(ys, legs.free_y.iter().map(|l| l.0))]);
-            for &ok in &y_k {
-                for &oj in &y_j {
-                    // SAFETY: `ok + oj` is the offset of an in-range multi-index of the small
-                    // block (its extents were checked), inside its checked extent.
-                    let v = unsafe { *p.y.as_ptr().offset(ok + oj) };
-                    coefs.push(p.scale * if conj_y { v.conj() } else { v });
+            let first = targets.len();
+            let sc = cs[legs.inner.1];
+            targets.extend(c_j.iter().map(|&oj| (outs.len(), oj, sc)));
+            by_target.resize_with(targets.len(), Vec::new);
+            outs.push((c.as_mut_ptr(), c_outer));
+            for p in pairs.iter() {
+                let (xs, ys) = (p.x.strides(), p.y.strides());
+                let b = *block_of.entry((p.x.as_ptr(), xs)).or_insert_with(|| {
+                    let [x_outer] = offsets(
+                        outer_dims,
+                        [&strides_of(xs, legs.outer.iter().map(|l| l.0))],
+                    );
+                    blocks.push((p.x.as_ptr(), xs[legs.inner.0], x_outer));
+                    blocks.len() - 1
+                });
+                let kd = extents(p.x.dims(), legs.contracted.iter().map(|l| l.0));
+                let [x_k, y_k] = offsets(
+                    &kd,
+                    [
+                        &strides_of(xs, legs.contracted.iter().map(|l| l.0)),
+                        &strides_of(ys, legs.contracted.iter().map(|l| l.1)),
+                    ],
+                );
+                let [y_j] = offsets(j_dims, [&strides_of(ys, legs.free_y.iter().map(|l| l.0))]);
+                for (&ok, &yk) in x_k.iter().zip(&y_k) {
+                    let s = *source_of.entry((b, ok)).or_insert_with(|| {
+                        sources.push((b, ok));
+                        sources.len() - 1
+                    });
+                    for (j, &oj) in y_j.iter().enumerate() {
+                        // SAFETY: `yk + oj` is the offset of an in-range multi-index of the
+                        // small block (its extents were checked), inside its checked extent.
+                        let v = unsafe { *p.y.as_ptr().offset(yk + oj) };
+                        let v = p.scale * if conj_y { v.conj() } else { v };
+                        by_target[first + j].push((s, v));
+                    }
                 }
             }
-            let [x_outer] = offsets(
-                outer_dims,
-                [&strides_of(xs, legs.outer.iter().map(|l| l.0))],
-            );
-            (x_k, xs[legs.inner.0], x_outer)
-        })
-        .collect();
-    Prepared {
-        c_j,
-        c_outer,
-        pairs,
-        coefs,
+        }
+        // The runs of output columns, and per run the sources that meet it, in source order.
+        let mut runs = Vec::new();
+        let (mut live, mut coefs) = (Vec::new(), Vec::new());
+        let mut meets: Vec<(usize, usize, T)> = Vec::new();
+        let mut start = 0;
+        while start < targets.len() {
+            let sc = targets[start].2;
+            let mut end = start + 1;
+            while end < targets.len() && end - start < BLOCK_COLUMNS && targets[end].2 == sc {
+                end += 1;
+            }
+            meets.clear();
+            for (j, row) in by_target[start..end].iter().enumerate() {
+                meets.extend(row.iter().map(|&(s, v)| (s, j, v)));
+            }
+            meets.sort_unstable_by_key(|&(s, j, _)| (s, j));
+            let (from, first_coef) = (live.len(), coefs.len());
+            for group in meets.chunk_by(|a, b| a.0 == b.0) {
+                let mut c = [T::ZERO; BLOCK_COLUMNS];
+                for &(_, j, v) in group {
+                    c[j] += v;
+                }
+                if c.iter().any(|&v| v != T::ZERO) {
+                    live.push(group[0].0);
+                    coefs.extend_from_slice(&c[..end - start]);
+                }
+            }
+            runs.push(ColumnRun {
+                targets: start..end,
+                live: from..live.len(),
+                coefs: first_coef..coefs.len(),
+            });
+            start = end;
+        }
+        Self {
+            blocks,
+            sources,
+            targets,
+            outputs: outs,
+            runs,
+            live,
+            coefs,
+        }
     }
 }
 
-/// `out_j[i * sc] <- beta out_j[i * sc] + sum_q coefs[q * nj + j] cols[q][i]` for `i < m`
-/// and `j < nj = out.len()` (`beta = None`: overwrite), through `acc` (`nj * m` sums, in L1
-/// for the extents it serves): each column is read once, each output element written once.
+/// Output columns one register block of [`columns`] accumulates at once.
+const BLOCK_COLUMNS: usize = 4;
+
+/// A run of output columns of [`Tables`]: its columns, the sources with a nonzero
+/// coefficient for one of them (a range of `live`), and their coefficients (a range of
+/// `coefs`, one per source and column, the columns contiguous).
+struct ColumnRun {
+    targets: std::ops::Range<usize>,
+    live: std::ops::Range<usize>,
+    coefs: std::ops::Range<usize>,
+}
+
+/// One outer index of a call: for each run of output columns of `tables`,
+/// `out[t][i * sc] <- beta out[t][i * sc] + sum_e coefs[e, t] cols[live[e]][i]` for `i < m`
+/// (`beta = None`: overwrite, with non-temporal stores when `stream` and the stride is 1).
+/// Each column is read once per run, each output element written once, straight from the
+/// registers that summed it.
+struct Step<'s, T> {
+    tables: &'s Tables<T>,
+    /// Where each source column starts at this outer index (`m` elements, stride 1).
+    cols: &'s [*const T],
+    /// Where each output column starts at this outer index.
+    out: &'s [*mut T],
+    m: usize,
+    beta: Option<T>,
+    stream: bool,
+}
+
+/// Runs one [`Step`].
 ///
 /// # Safety
 ///
-/// Each `cols[q]` points at `m` readable elements (stride 1); each `out[j]` at `m` elements
-/// `sc` apart that are writable, not aliased by anything read or by another `out[j]`;
-/// `coefs` holds `cols.len()` rows of `nj` coefficients.
+/// Each `cols[s]` points at `m` readable elements (stride 1); each `out[t]` at `m` elements
+/// of its target's stride apart that are writable, not aliased by anything read or by
+/// another `out[t]`.
 ///
-/// Compiled three times: for AVX-512, for AVX2 with FMA, and for the baseline target, and
-/// chosen at run time by what the CPU has (the crate is built for the baseline, where the
-/// accumulators would be 128-bit vectors spilled to the stack).
-#[allow(clippy::too_many_arguments)]
-unsafe fn columns<T: Scalar>(
-    cols: &[*const T],
-    coefs: &[T],
-    m: usize,
-    out: &[*mut T],
-    sc: isize,
-    beta: Option<T>,
-    acc: &mut Vec<T>,
-) {
+/// Compiled three times: for AVX-512, for AVX2 with FMA, and for the baseline target (where
+/// the accumulators would be 128-bit vectors), and chosen at run time by what the CPU has;
+/// each build sums `L` rows at a time, as many as its registers hold for [`BLOCK_COLUMNS`]
+/// outputs.
+unsafe fn columns<T: Scalar>(step: &Step<'_, T>) {
     #[cfg(target_arch = "x86_64")]
     {
         #[cfg(feature = "avx512")]
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the caller's; the CPU has AVX-512F.
-            return unsafe { columns_avx512(cols, coefs, m, out, sc, beta, acc) };
+            return unsafe { columns_avx512(step) };
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             // SAFETY: the caller's; the CPU has AVX2 and FMA.
-            return unsafe { columns_avx2(cols, coefs, m, out, sc, beta, acc) };
+            return unsafe { columns_avx2(step) };
         }
     }
     // SAFETY: the caller's.
-    unsafe { columns_body(cols, coefs, m, out, sc, beta, acc) }
+    unsafe { step.run::<4, BASELINE>() }
 }
 
-/// [`columns`] for AVX-512.
+/// [`columns`] for AVX-512: 16 rows (two vectors of f64) per register block.
 ///
 /// # Safety
 ///
 /// As [`columns`], on a CPU with AVX-512F.
 #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
-unsafe fn columns_avx512<T: Scalar>(
-    cols: &[*const T],
-    coefs: &[T],
-    m: usize,
-    out: &[*mut T],
-    sc: isize,
-    beta: Option<T>,
-    acc: &mut Vec<T>,
-) {
+unsafe fn columns_avx512<T: Scalar>(step: &Step<'_, T>) {
     // SAFETY: the caller's.
-    unsafe { columns_body(cols, coefs, m, out, sc, beta, acc) }
+    unsafe { step.run::<16, AVX512>() }
 }
 
-/// [`columns`] for AVX2 with FMA.
+/// [`columns`] for AVX2 with FMA: 8 rows (two vectors of f64) per register block.
 ///
 /// # Safety
 ///
 /// As [`columns`], on a CPU with AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn columns_avx2<T: Scalar>(
-    cols: &[*const T],
-    coefs: &[T],
-    m: usize,
-    out: &[*mut T],
-    sc: isize,
-    beta: Option<T>,
-    acc: &mut Vec<T>,
-) {
+unsafe fn columns_avx2<T: Scalar>(step: &Step<'_, T>) {
     // SAFETY: the caller's.
-    unsafe { columns_body(cols, coefs, m, out, sc, beta, acc) }
+    unsafe { step.run::<8, AVX2>() }
 }
 
-/// The body of [`columns`], inlined into each of its builds.
-///
-/// # Safety
-///
-/// As [`columns`].
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn columns_body<T: Scalar>(
-    cols: &[*const T],
-    coefs: &[T],
-    m: usize,
-    out: &[*mut T],
-    sc: isize,
-    beta: Option<T>,
-    acc: &mut Vec<T>,
-) {
-    let nj = out.len();
-    acc.clear();
-    acc.resize(nj * m, T::ZERO);
-    for (&col, row) in cols.iter().zip(coefs.chunks_exact(nj.max(1))) {
-        // SAFETY: the caller's: `m` elements of stride 1.
-        let x = unsafe { std::slice::from_raw_parts(col, m) };
-        for (a, &c) in acc.chunks_exact_mut(m.max(1)).zip(row) {
-            if c != T::ZERO {
-                for (a, &x) in a.iter_mut().zip(x) {
-                    *a += c * x;
+impl<T: Scalar> Step<'_, T> {
+    /// Every run of the step, inlined into each build of [`columns`].
+    ///
+    /// # Safety
+    ///
+    /// As [`columns`].
+    #[inline(always)]
+    unsafe fn run<const L: usize, const ISA: u8>(&self) {
+        for run in &self.tables.runs {
+            let out = &self.out[run.targets.clone()];
+            let sc = self.tables.targets[run.targets.start].2;
+            let live = &self.tables.live[run.live.clone()];
+            let coefs = &self.tables.coefs[run.coefs.clone()];
+            // SAFETY: the caller's, for the run's columns.
+            unsafe {
+                match out.len() {
+                    1 => self.sum::<L, 1, ISA>(out, sc, live, coefs),
+                    2 => self.sum::<L, 2, ISA>(out, sc, live, coefs),
+                    3 => self.sum::<L, 3, ISA>(out, sc, live, coefs),
+                    _ => self.sum::<L, BLOCK_COLUMNS, ISA>(out, sc, live, coefs),
                 }
             }
         }
+        if self.stream {
+            fence_streams();
+        }
     }
-    for (&o, sums) in out.iter().zip(acc.chunks_exact(m.max(1))) {
-        if sc == 1 {
-            // SAFETY: the caller's: `m` elements of stride 1, exclusive.
-            let d = unsafe { std::slice::from_raw_parts_mut(o, m) };
-            match beta {
-                None => d.copy_from_slice(sums),
-                Some(b) => d.iter_mut().zip(sums).for_each(|(d, &v)| *d = b * *d + v),
+
+    /// One run of `J` output columns of stride `sc`, from the sources `live` (whose
+    /// coefficients are `coefs`, `J` per entry): register blocks of
+    /// `L` rows, then the last rows (fewer than `L`) one at a time. The register blocks index
+    /// their accumulators by constants only, so these live in registers.
+    ///
+    /// # Safety
+    ///
+    /// As [`columns`].
+    #[inline(always)]
+    unsafe fn sum<const L: usize, const J: usize, const ISA: u8>(
+        &self,
+        out: &[*mut T],
+        sc: isize,
+        live: &[usize],
+        coefs: &[T],
+    ) {
+        let m = self.m;
+        let coef = |e: usize| -> &[T; J] {
+            coefs[e * J..(e + 1) * J]
+                .try_into()
+                .expect("J coefficients")
+        };
+        let stream = self.stream && sc == 1 && self.beta.is_none();
+        let full = m - m % L;
+        for i in (0..full).step_by(L) {
+            // SAFETY: rows `i..i + L` of each source, inside its `m` elements.
+            let acc = unsafe { block::<T, L, J, ISA>(self.cols, live, coefs, i) };
+            for (&o, acc) in out.iter().zip(&acc) {
+                // SAFETY: elements `i..i + L` (all below `m`) of an output column, held
+                // exclusively.
+                unsafe {
+                    if sc == 1 && !stream {
+                        let d = &mut *o.add(i).cast::<[T; L]>();
+                        match self.beta {
+                            None => *d = *acc,
+                            Some(b) => {
+                                for (d, &v) in d.iter_mut().zip(acc) {
+                                    *d = b * *d + v;
+                                }
+                            }
+                        }
+                    } else {
+                        for (l, &v) in acc.iter().enumerate() {
+                            put(o.offset((i + l) as isize * sc), v, self.beta, stream);
+                        }
+                    }
+                }
             }
-        } else {
-            for (i, &v) in sums.iter().enumerate() {
-                // SAFETY: the caller's: element `i < m` of an output column.
-                unsafe { store(o.offset(i as isize * sc), v, beta) };
+        }
+        for i in full..m {
+            for (j, &o) in out.iter().enumerate() {
+                let mut v = T::ZERO;
+                for (e, &s) in live.iter().enumerate() {
+                    // SAFETY: row `i < m` of source `s`.
+                    v += coef(e)[j] * unsafe { *self.cols[s].add(i) };
+                }
+                // SAFETY: element `i < m` of an output column, exclusive.
+                unsafe { put(o.offset(i as isize * sc), v, self.beta, stream) };
             }
         }
     }
 }
 
-/// `*d <- beta * *d + v` (`beta = None`: `*d <- v`, the old value not read).
+/// The instruction sets a build of [`columns`] is compiled for.
+const BASELINE: u8 = 0;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const AVX2: u8 = 1;
+#[cfg_attr(not(all(target_arch = "x86_64", feature = "avx512")), allow(dead_code))]
+const AVX512: u8 = 2;
+
+/// One register block of a run: `acc[j][l] = sum_e coefs[e * J + j] cols[live[e]][i + l]`.
+/// For `f64` in the AVX2 and AVX-512 builds, two vectors per output column with fused
+/// multiply-adds (written with intrinsics: the compiler does not vectorize the generic loop
+/// reliably); elsewhere the generic loop.
+///
+/// # Safety
+///
+/// Rows `i..i + L` of each source `cols[live[e]]` are readable; `coefs` has `J` per entry
+/// of `live`; the CPU has the instruction set `ISA`.
+#[inline(always)]
+unsafe fn block<T: Scalar + 'static, const L: usize, const J: usize, const ISA: u8>(
+    cols: &[*const T],
+    live: &[usize],
+    coefs: &[T],
+    i: usize,
+) -> [[T; L]; J] {
+    #[cfg(target_arch = "x86_64")]
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>() {
+        let (cols, coefs) = (
+            cols.as_ptr().cast::<*const f64>(),
+            coefs.as_ptr().cast::<f64>(),
+        );
+        // SAFETY: `T` is `f64`, so the pointers and the result reinterpret exactly; the
+        // rest is the caller's.
+        unsafe {
+            #[cfg(feature = "avx512")]
+            if ISA == AVX512 && L == 16 {
+                let acc = vector::block_avx512::<J>(cols, live, coefs, i);
+                return std::mem::transmute_copy(&acc);
+            }
+            if ISA == AVX2 && L == 8 {
+                let acc = vector::block_avx2::<J>(cols, live, coefs, i);
+                return std::mem::transmute_copy(&acc);
+            }
+        }
+    }
+    let coef = |e: usize| -> &[T; J] {
+        coefs[e * J..(e + 1) * J]
+            .try_into()
+            .expect("J coefficients")
+    };
+    let mut acc = [[T::ZERO; L]; J];
+    for (e, &s) in live.iter().enumerate() {
+        // SAFETY: the caller's; `[T; L]` has the alignment of `T`.
+        let x = unsafe { &*cols[s].add(i).cast::<[T; L]>() };
+        for (acc, &c) in acc.iter_mut().zip(coef(e)) {
+            for (a, &x) in acc.iter_mut().zip(x) {
+                *a += c * x;
+            }
+        }
+    }
+    acc
+}
+
+/// The `f64` register blocks of [`block`] for AVX2 and AVX-512.
+#[cfg(target_arch = "x86_64")]
+mod vector {
+    use std::arch::x86_64::*;
+
+    /// [`block`](super::block) with 16 rows in two AVX-512 vectors.
+    ///
+    /// # Safety
+    ///
+    /// As [`block`](super::block), for `L = 16`, on a CPU with AVX-512F.
+    #[cfg(feature = "avx512")]
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(super) unsafe fn block_avx512<const J: usize>(
+        cols: *const *const f64,
+        live: &[usize],
+        coefs: *const f64,
+        i: usize,
+    ) -> [[__m512d; 2]; J] {
+        let mut acc = [[_mm512_setzero_pd(); 2]; J];
+        for (e, &s) in live.iter().enumerate() {
+            // SAFETY: the caller's: rows `i..i + 16` of the source, `J` coefficients per
+            // entry.
+            unsafe {
+                let x = (*cols.add(s)).add(i);
+                let (x0, x1) = (_mm512_loadu_pd(x), _mm512_loadu_pd(x.add(8)));
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let c = _mm512_set1_pd(*coefs.add(e * J + j));
+                    acc[0] = _mm512_fmadd_pd(c, x0, acc[0]);
+                    acc[1] = _mm512_fmadd_pd(c, x1, acc[1]);
+                }
+            }
+        }
+        acc
+    }
+
+    /// [`block`](super::block) with 8 rows in two AVX2 vectors.
+    ///
+    /// # Safety
+    ///
+    /// As [`block`](super::block), for `L = 8`, on a CPU with AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    pub(super) unsafe fn block_avx2<const J: usize>(
+        cols: *const *const f64,
+        live: &[usize],
+        coefs: *const f64,
+        i: usize,
+    ) -> [[__m256d; 2]; J] {
+        let mut acc = [[_mm256_setzero_pd(); 2]; J];
+        for (e, &s) in live.iter().enumerate() {
+            // SAFETY: the caller's: rows `i..i + 8` of the source, `J` coefficients per
+            // entry.
+            unsafe {
+                let x = (*cols.add(s)).add(i);
+                let (x0, x1) = (_mm256_loadu_pd(x), _mm256_loadu_pd(x.add(4)));
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let c = _mm256_set1_pd(*coefs.add(e * J + j));
+                    acc[0] = _mm256_fmadd_pd(c, x0, acc[0]);
+                    acc[1] = _mm256_fmadd_pd(c, x1, acc[1]);
+                }
+            }
+        }
+        acc
+    }
+}
+
+/// `*d <- v` (`beta = None`; a non-temporal store when `stream`) or `*d <- beta * *d + v`.
 ///
 /// # Safety
 ///
 /// `d` is valid for reads and writes and not aliased.
 #[inline(always)]
-unsafe fn store<T: Scalar>(d: *mut T, v: T, beta: Option<T>) {
+unsafe fn put<T: Scalar>(d: *mut T, v: T, beta: Option<T>, stream: bool) {
     // SAFETY: the caller's.
     unsafe {
-        *d = match beta {
-            None => v,
-            Some(b) => b * *d + v,
+        match beta {
+            None if stream => store_streaming(d, v),
+            None => *d = v,
+            Some(b) => *d = b * *d + v,
+        }
+    }
+}
+
+/// How many outer indices ahead [`contract_small`] asks for the large operand's columns: a
+/// call reads a dozen blocks' columns at once, more streams than the hardware prefetchers
+/// follow.
+const PREFETCH_AHEAD: usize = 2;
+
+/// Asks the cache for the `m` elements at `col` (a hint: no access is made, so any address
+/// is sound).
+#[inline(always)]
+fn prefetch_column<T>(col: *const T, m: usize) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    for line in (0..m * size_of::<T>()).step_by(64) {
+        // SAFETY: a prefetch never faults and accesses nothing; SSE is part of the x86-64
+        // baseline.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                col.cast::<i8>().wrapping_add(line),
+            )
         };
     }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = (col, m);
 }
 
 /// `C <- beta C + sum_p scale_p op(X_p) op(Y_p)` over the legs `legs` for each output block
 /// and its pairs (`beta = None`: overwrite, the old `C` is not read), with `op` the
-/// conjugate where `conj` says (`[X, Y]`).
+/// conjugate where `conj` says (`[X, Y]`); `stores` says how `C` is written when it is
+/// overwritten (streamed past the cache for a result larger than it, see
+/// [`STREAM_BYTES`](super::STREAM_BYTES)).
 ///
 /// The output blocks must share the extents of X's free legs (blocks of one row of X's free
-/// sectors): the loop over the outer legs runs once for all of them, so the part of each X
-/// block it reads at one outer index is read from memory once and reused from cache by every
-/// output block it writes.
+/// sectors): the loop over the outer legs runs once for all of them, and at each outer index
+/// reads each column of X it needs once from memory, however many output blocks it serves.
 ///
 /// # Errors
 ///
@@ -383,6 +654,7 @@ pub fn contract_small<T: Scalar>(
     conj: [bool; 2],
     outputs: &mut [SmallOutput<'_, '_, '_, T>],
     beta: Option<T>,
+    stores: Stores,
 ) -> Result<(), SmallShapeMismatch> {
     let mut shared: Option<Vec<usize>> = None;
     let mut j_dims = Vec::with_capacity(outputs.len());
@@ -402,64 +674,62 @@ pub fn contract_small<T: Scalar>(
     }
     let Some(free) = shared else { return Ok(()) };
     let (m, outer_dims) = (free[0], &free[1..]);
-    let prepared: Vec<Prepared<T>> = outputs
-        .iter()
-        .zip(&j_dims)
-        .map(|((c, pairs), j)| prepare(legs, conj[1], c, pairs, outer_dims, j))
-        .collect();
+    let tables = Tables::new(legs, conj[1], outputs, outer_dims, &j_dims);
     let n_outer: usize = outer_dims.iter().product();
     let conj_x = conj[0] && T::IS_COMPLEX;
-    // Stride 1 along the inner leg in every block, nothing to conjugate: the register-blocked
-    // kernel. Otherwise (a rare layout) the columns are gathered first.
-    let contiguous = !conj_x
-        && outputs.iter().zip(&prepared).all(|((c, _), prep)| {
-            c.strides()[legs.inner.1] == 1 && prep.pairs.iter().all(|p| p.1 == 1)
-        });
-    let mut cols: Vec<*const T> = Vec::new();
-    let mut dst: Vec<*mut T> = Vec::new();
+    // Stride 1 along the inner leg in every block of X, nothing to conjugate: the kernel
+    // reads X in place. Otherwise (a rare layout) each column is gathered first.
+    let in_place = !conj_x && tables.blocks.iter().all(|b| b.1 == 1);
+    let column = |(b, ok): (usize, isize), n: usize| -> *const T {
+        let (ptr, _, outer) = &tables.blocks[b];
+        ptr.wrapping_offset(outer[n] + ok)
+    };
+    let mut cols: Vec<*const T> = Vec::with_capacity(tables.sources.len());
+    let mut out: Vec<*mut T> = Vec::with_capacity(tables.targets.len());
     let mut gathered: Vec<T> = Vec::new();
-    let mut acc: Vec<T> = Vec::new();
     for n in 0..n_outer {
-        for ((c, pairs), prep) in outputs.iter_mut().zip(&prepared) {
-            cols.clear();
-            gathered.clear();
-            for (p, (x_k, sx, x_outer)) in pairs.iter().zip(&prep.pairs) {
-                for &ok in x_k {
-                    let base = x_outer[n] + ok;
-                    // SAFETY: `base` is the offset of an in-range multi-index of the large
-                    // block (inner index 0), inside its checked extent.
-                    let col = unsafe { p.x.as_ptr().offset(base) };
-                    if contiguous {
-                        cols.push(col);
-                    } else {
-                        for i in 0..m {
-                            // SAFETY: as above, `i < m` along the inner axis of stride `sx`.
-                            let x = unsafe { *col.offset(i as isize * sx) };
-                            gathered.push(if conj_x { x.conj() } else { x });
-                        }
-                    }
+        cols.clear();
+        if in_place {
+            if n + PREFETCH_AHEAD < n_outer {
+                for &src in &tables.sources {
+                    prefetch_column(column(src, n + PREFETCH_AHEAD), m);
                 }
             }
-            if !contiguous {
-                cols.extend((0..gathered.len() / m.max(1)).map(|q| gathered[q * m..].as_ptr()));
+            // Each source's offset is an in-range multi-index of its block (inner index 0),
+            // `m` elements of stride 1 inside its checked extent.
+            cols.extend(tables.sources.iter().map(|&src| column(src, n)));
+        } else {
+            gathered.clear();
+            for &src in &tables.sources {
+                let (col, sx) = (column(src, n), tables.blocks[src.0].1);
+                for i in 0..m {
+                    // SAFETY: an in-range multi-index of the block (inner index `i < m`
+                    // along the inner axis of stride `sx`), inside its checked extent.
+                    let x = unsafe { *col.offset(i as isize * sx) };
+                    gathered.push(if conj_x { x.conj() } else { x });
+                }
             }
-            let sc = c.strides()[legs.inner.1];
-            let cp = c.as_mut_ptr();
-            dst.clear();
-            // SAFETY: `c_outer[n] + c_j[j]` is the offset of an in-range multi-index of the
-            // output block (inner index 0).
-            dst.extend(
-                prep.c_j
-                    .iter()
-                    .map(|&oj| unsafe { cp.offset(prep.c_outer[n] + oj) }),
-            );
-            // SAFETY: every column pointer starts `m` in-range elements along an inner axis of
-            // stride 1 (a large block's, or `gathered`'s, alive here); every output pointer
-            // starts `m` in-range elements of the output block along an axis of stride `sc`,
-            // distinct per `j` (distinct multi-indices), held exclusively by this call;
-            // `coefs` has `cols.len()` rows of `nj`.
-            unsafe { columns(&cols, &prep.coefs, m, &dst, sc, beta, &mut acc) };
+            cols.extend((0..tables.sources.len()).map(|s| gathered[s * m..].as_ptr()));
         }
+        out.clear();
+        out.extend(tables.targets.iter().map(|&(o, oj, _)| {
+            let (ptr, outer) = &tables.outputs[o];
+            // An in-range multi-index of the output block (inner index 0).
+            ptr.wrapping_offset(outer[n] + oj)
+        }));
+        let step = Step {
+            tables: &tables,
+            cols: &cols,
+            out: &out,
+            m,
+            beta,
+            stream: stores == Stores::Streaming,
+        };
+        // SAFETY: every column pointer starts `m` in-range elements of stride 1 (a large
+        // block's, or `gathered`'s, alive here); every output pointer starts `m` in-range
+        // elements of the output block along its inner axis, distinct per output column
+        // (distinct multi-indices, or distinct blocks), held exclusively by this call.
+        unsafe { columns(&step) };
     }
     Ok(())
 }
@@ -474,23 +744,47 @@ mod tests {
     /// orders, an output with a gap between columns) against its definition, element by
     /// element, real and complex, conjugated and not.
     fn against_definition<T: Scalar>(make: impl Fn(f64, f64) -> T) {
-        let (ny, na, nr, nt, nc, nu) = (11, 2, 3, 2, 2, 1);
+        // 37 rows: two register blocks of 16 (8 on AVX2) and a tail (under Miri, which runs
+        // the baseline build, 11: two blocks of 4 and a tail); 6 output columns per row of
+        // X: a run of four and a run of two; every fourth coefficient zero.
+        let (ny, na, nr, nt, nc, nu) = (if cfg!(miri) { 11 } else { 37 }, 2, 2, 2, 3, 2);
+        let ld = ny + 3;
         let xb = SharedBuffer::from_fn(ny * na * nr * nt, |i| make(i as f64 * 0.5 - 3.0, 1.0));
-        let yb = SharedBuffer::from_fn(nt * nc * na * nu, |i| make(1.0 - i as f64, 0.25));
-        // Output `(y, u, r, c)` column-major with ld 13 for the `(r, c)` columns: rows 11 and
-        // 12 of each column are a gap. (11 rows: a register block of 8 and a tail of 3.)
-        let cb = SharedBuffer::from_fn(13 * nr * nc, |i| make(i as f64, -1.0));
+        let yb = SharedBuffer::from_fn(nt * nc * na * nu, |i| {
+            if i % 4 == 1 {
+                T::ZERO
+            } else {
+                make(1.0 - i as f64, 0.25)
+            }
+        });
+        // Output `(y, u, r, c)` column-major with ld `ny + 3` for the `(u, r, c)` columns:
+        // the last three rows of each column are a gap.
+        let cb = SharedBuffer::from_fn(ld * nu * nr * nc, |i| make(i as f64, -1.0));
         let x_strides = [1, ny as isize, (ny * na) as isize, (ny * na * nr) as isize];
         let y_strides = [1, nt as isize, (nt * nc) as isize, (nt * nc * na) as isize];
-        let c_strides = [1, ny as isize, 13, 13 * nr as isize];
+        let c_strides = [1, ld as isize, (ld * nu) as isize, (ld * nu * nr) as isize];
         let legs = SmallLegs {
             inner: (0, 0),
             outer: vec![(2, 2)],
             contracted: vec![(1, 2), (3, 0)],
             free_y: vec![(1, 3), (3, 1)],
         };
-        for conj in [[false, false], [true, false], [false, true]] {
-            for beta in [None, Some(make(-0.5, 0.5))] {
+        let cases = [[false, false], [true, false], [false, true]]
+            .into_iter()
+            .flat_map(|conj| [None, Some(make(-0.5, 0.5))].map(|beta| (conj, beta)))
+            .zip(
+                [
+                    Stores::Cached,
+                    Stores::Cached,
+                    Stores::Streaming,
+                    Stores::Streaming,
+                ]
+                .into_iter()
+                .cycle(),
+            )
+            .map(|((conj, beta), stores)| (conj, beta, stores));
+        for (conj, beta, stores) in cases {
+            {
                 // SAFETY: full-extent views of fresh buffers; this test is their sole user.
                 let (x, y) = unsafe {
                     (
@@ -508,7 +802,7 @@ mod tests {
                     y: &y,
                     scale,
                 }];
-                contract_small(&legs, conj, &mut [(&mut c, &pairs[..])], beta).unwrap();
+                contract_small(&legs, conj, &mut [(&mut c, &pairs[..])], beta, stores).unwrap();
                 let mut k = 0;
                 for cc in 0..nc {
                     for r in 0..nr {
@@ -535,8 +829,117 @@ mod tests {
                 // The gap between columns is untouched.
                 drop(c);
                 // SAFETY: as above; the mutable view was dropped.
-                let all = unsafe { cb.view(0, &[13 * nr * nc], &[1]) };
-                assert_eq!(all.get(&[11]), Some(make(11.0, -1.0)));
+                let all = unsafe { cb.view(0, &[ld * nu * nr * nc], &[1]) };
+                for gap in [ny, ld + ny + 2, ld * nu * nr * nc - 1] {
+                    assert_eq!(all.get(&[gap]), Some(make(gap as f64, -1.0)));
+                }
+            }
+        }
+    }
+
+    /// Every build of the column kernel (each register block length; the tails, runs of outputs, zero coefficients, strided and streamed outputs, with and
+    /// without beta) against the plain sum, on the CPU at hand: `C[i, j] = sum_k X[i, k]
+    /// Y[k, j]` with no outer leg.
+    #[test]
+    fn every_build_of_the_column_kernel_sums_the_same() {
+        type Build = unsafe fn(&Step<'_, f64>);
+        let mut builds: Vec<(&str, Build)> = vec![("baseline", |s| {
+            // SAFETY: the caller's (the contract of `columns`).
+            unsafe { s.run::<4, BASELINE>() }
+        })];
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            builds.push(("avx2", |s| {
+                // SAFETY: the caller's; the CPU has AVX2 and FMA.
+                unsafe { columns_avx2(s) }
+            }));
+        }
+        #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            builds.push(("avx512", |s| {
+                // SAFETY: the caller's; the CPU has AVX-512F.
+                unsafe { columns_avx512(s) }
+            }));
+        }
+        let (m, q, nj) = (35, 5, 7);
+        let xb = SharedBuffer::from_fn(m * q, |i| ((i * 7) % 11) as f64 - 5.0);
+        let yb = SharedBuffer::from_fn(q * nj, |k| {
+            if k % 3 == 0 {
+                0.0
+            } else {
+                k as f64 * 0.25 - 2.0
+            }
+        });
+        let legs = SmallLegs {
+            inner: (0, 0),
+            outer: vec![],
+            contracted: vec![(1, 0)],
+            free_y: vec![(1, 1)],
+        };
+        for (name, build) in builds {
+            for (sc, beta, stream) in [
+                (1, None, false),
+                (1, None, true),
+                (1, Some(0.5), true),
+                (3, None, true),
+                (3, Some(-2.0), false),
+            ] {
+                let len = m * sc * nj;
+                let cb = SharedBuffer::from_fn(len, |i| (i / (m * sc)) as f64);
+                // SAFETY: full-extent views of fresh buffers; this test is their sole user.
+                let (x, y, mut c) = unsafe {
+                    (
+                        xb.view(0, &[m, q], &[1, m as isize]),
+                        yb.view(0, &[q, nj], &[1, q as isize]),
+                        cb.view_mut(0, &[m, nj], &[sc as isize, (m * sc) as isize]),
+                    )
+                };
+                let pairs = [SmallPair {
+                    x: &x,
+                    y: &y,
+                    scale: 1.0,
+                }];
+                let mut outputs = [(&mut c, &pairs[..])];
+                let tables = Tables::new(&legs, false, &mut outputs, &[], &[vec![nj]]);
+                let cols: Vec<*const f64> = tables
+                    .sources
+                    .iter()
+                    .map(|&(b, ok)| tables.blocks[b].0.wrapping_offset(ok))
+                    .collect();
+                let out: Vec<*mut f64> = tables
+                    .targets
+                    .iter()
+                    .map(|&(o, oj, _)| tables.outputs[o].0.wrapping_offset(oj))
+                    .collect();
+                let step = Step {
+                    tables: &tables,
+                    cols: &cols,
+                    out: &out,
+                    m,
+                    beta,
+                    stream,
+                };
+                // SAFETY: the columns and outputs are the views' (checked extents), the
+                // outputs distinct columns of `c`, which nothing else reads.
+                unsafe { build(&step) };
+                let all = c.as_ref().to_vec();
+                // SAFETY: as above; the mutable view is only read now.
+                let whole = unsafe { cb.view(0, &[len], &[1]) };
+                for j in 0..nj {
+                    for i in 0..m {
+                        let sum: f64 = (0..q)
+                            .map(|k| y.get(&[k, j]).unwrap() * x.get(&[i, k]).unwrap())
+                            .sum();
+                        let want = beta.map_or(sum, |b| b * j as f64 + sum);
+                        let got = all[i + j * m];
+                        assert!((got - want).abs() < 1e-12, "{name} {sc} {beta:?} {stream}");
+                    }
+                    // Elements between the strided ones are untouched.
+                    for k in (0..m * sc).filter(|k| k % sc != 0) {
+                        assert_eq!(whole.get(&[j * m * sc + k]), Some(j as f64));
+                    }
+                }
             }
         }
     }
@@ -571,7 +974,14 @@ mod tests {
             y: &y,
             scale: 1.0,
         }];
-        let err = contract_small(&legs, [false; 2], &mut [(&mut c, &pairs[..])], None).unwrap_err();
+        let err = contract_small(
+            &legs,
+            [false; 2],
+            &mut [(&mut c, &pairs[..])],
+            None,
+            Stores::Cached,
+        )
+        .unwrap_err();
         assert_eq!(
             (err.what, err.expected, err.given),
             ("the small block's free extents", vec![2], vec![1])

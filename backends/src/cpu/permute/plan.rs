@@ -15,6 +15,7 @@ use super::transpose::{
     KERNEL_TILE, MICRO, Stores, TILE_DST, TILE_FAST, TransposeKernel, flipping_kernel,
     micro_transpose, prefetch,
 };
+use crate::cpu::{fence_streams, store_streaming};
 use smallvec::SmallVec;
 use tessera_core::{StridedMut, StridedRef, for_each_common_run};
 
@@ -22,42 +23,15 @@ use tessera_core::{StridedMut, StridedRef, for_each_common_run};
 /// allocation per plan.
 const AXES: usize = 6;
 
-/// `d[i] = f(s[i])` with non-temporal stores (see [`Stores::Streaming`]) for element types
-/// whose size is a multiple of 8 bytes and alignment at least 8 (f64 and complex f64), one
-/// 8-byte word at a time (`movnti`); ordinary stores for the rest and off x86-64. The caller
-/// fences the stores ([`fence_streams`]) before the copy returns.
+/// `d[i] = f(s[i])` with non-temporal stores (see [`Stores::Streaming`] and
+/// [`store_streaming`]). The caller fences the stores ([`fence_streams`]) before the copy
+/// returns.
 #[inline(always)]
 fn stream_run<T: Copy, U: Copy>(d: &mut [T], s: &[U], f: &impl Fn(U) -> T) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    if size_of::<T>().is_multiple_of(8) && align_of::<T>() >= 8 {
-        let words = size_of::<T>() / 8;
-        for (d, &s) in d.iter_mut().zip(s) {
-            let v = f(s);
-            let from = (&raw const v).cast::<i64>();
-            let to = (d as *mut T).cast::<i64>();
-            for w in 0..words {
-                // SAFETY: `to.add(w)` is inside `*d`, which this thread writes exclusively,
-                // and 8-byte aligned (`T` is); `from.add(w)` is inside the local `v`.
-                // `movnti` is SSE2, part of the x86-64 baseline.
-                unsafe { std::arch::x86_64::_mm_stream_si64(to.add(w), from.add(w).read()) };
-            }
-        }
-        return;
-    }
     for (d, &s) in d.iter_mut().zip(s) {
-        *d = f(s);
+        // SAFETY: `d` is an element of a slice this thread writes exclusively.
+        unsafe { store_streaming(d, f(s)) };
     }
-}
-
-/// Orders the non-temporal stores of [`stream_run`] before whatever publishes the result to
-/// another thread (a release store does not order them).
-#[inline(always)]
-fn fence_streams() {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    // SAFETY: `sfence` only orders stores; SSE is part of the x86-64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_sfence()
-    };
 }
 
 /// Merges each pair of adjacent axes that is laid out in order on both sides (stride of the
