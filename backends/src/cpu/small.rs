@@ -308,9 +308,9 @@ struct ColumnRun {
 
 /// One outer index of a call: for each run of output columns of `tables`,
 /// `out[t][i * sc] <- beta out[t][i * sc] + sum_e coefs[e, t] cols[live[e]][i]` for `i < m`
-/// (`beta = None`: overwrite, with non-temporal stores when `stream` and the stride is 1).
-/// Each column is read once per run, each output element written once, straight from the
-/// registers that summed it.
+/// (`beta = None`: overwrite, with non-temporal stores when `stream` and the stride is 1,
+/// which the caller fences before the outputs are published). Each column is read once per
+/// run, each output element written once, straight from the registers that summed it.
 struct Step<'s, T> {
     tables: &'s Tables<T>,
     /// Where each source column starts at this outer index (`m` elements, stride 1).
@@ -398,9 +398,6 @@ impl<T: Scalar> Step<'_, T> {
                     _ => self.sum::<L, BLOCK_COLUMNS, ISA>(out, sc, live, coefs),
                 }
             }
-        }
-        if self.stream {
-            fence_streams();
         }
     }
 
@@ -730,6 +727,9 @@ pub fn contract_small<T: Scalar>(
         // elements of the output block along its inner axis, distinct per output column
         // (distinct multi-indices, or distinct blocks), held exclusively by this call.
         unsafe { columns(&step) };
+    }
+    if stores == Stores::Streaming {
+        fence_streams();
     }
     Ok(())
 }
