@@ -28,7 +28,7 @@ use crate::structure::{BlockStructure, Permuted};
 use crate::tensor::{Tensor, TensorAlias};
 use smallvec::SmallVec;
 use std::sync::{Arc, OnceLock};
-use tessera_backends::cpu::{CopyPlan, PARALLEL_BLOCK_ELEMS, STREAM_BYTES};
+use tessera_backends::cpu::{CopyPlan, PARALLEL_BLOCK_ELEMS, Stores};
 use tessera_backends::{Moved, Permutation, Placement, Scalar};
 use tessera_core::{Async, schedule_sequential_named};
 
@@ -762,7 +762,7 @@ impl<T: Scalar, S: AbelianSector, P: Placement<T>> Tensor<T, S, P> {
         } else {
             usize::MAX
         };
-        let streaming = total * size_of::<T>() >= STREAM_BYTES;
+        let streaming = Stores::for_result(total * size_of::<T>()) == Stores::Streaming;
         let rows = out.structure().n_codomain();
         let perm: Arc<[usize]> = perm.into();
         let mut group: Vec<(usize, usize, bool)> = Vec::new();

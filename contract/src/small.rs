@@ -24,9 +24,7 @@ use hashbrown::HashMap;
 use smallvec::SmallVec;
 use std::ops::Range;
 use std::sync::Arc;
-use tessera_backends::cpu::{
-    STREAM_BYTES, SmallLegs, SmallOutput, SmallPair, Stores, contract_small,
-};
+use tessera_backends::cpu::{SmallLegs, SmallOutput, SmallPair, Stores, contract_small};
 use tessera_backends::{Field, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, Block, BlockStructure, Direction};
 use tessera_core::schedule_named;
@@ -376,12 +374,8 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
     fresh: bool,
 ) -> Result<(), Error> {
     let overwrite = fresh || beta == T::ZERO;
-    // An output beyond the last-level cache is written past it (see `STREAM_BYTES`).
-    let stores = if c.structure().total_len() * size_of::<T>() >= STREAM_BYTES {
-        Stores::Streaming
-    } else {
-        Stores::Cached
-    };
+    // An output beyond the last-level cache is written past it.
+    let stores = Stores::for_result(c.structure().total_len() * size_of::<T>());
     let (x, y) = if small.big == 0 { (a, b) } else { (b, a) };
     let conj = if small.big == 0 {
         plan.conj

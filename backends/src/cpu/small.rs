@@ -418,11 +418,6 @@ impl<T: Scalar> Step<'_, T> {
         coefs: &[T],
     ) {
         let m = self.m;
-        let coef = |e: usize| -> &[T; J] {
-            coefs[e * J..(e + 1) * J]
-                .try_into()
-                .expect("J coefficients")
-        };
         let stream = self.stream && sc == 1 && self.beta.is_none();
         let full = m - m % L;
         for i in (0..full).step_by(L) {
@@ -455,7 +450,7 @@ impl<T: Scalar> Step<'_, T> {
                 let mut v = T::ZERO;
                 for (e, &s) in live.iter().enumerate() {
                     // SAFETY: row `i < m` of source `s`.
-                    v += coef(e)[j] * unsafe { *self.cols[s].add(i) };
+                    v += coefficients::<T, J>(coefs, e)[j] * unsafe { *self.cols[s].add(i) };
                 }
                 // SAFETY: element `i < m` of an output column, exclusive.
                 unsafe { put(o.offset(i as isize * sc), v, self.beta, stream) };
@@ -507,22 +502,25 @@ unsafe fn block<T: Scalar + 'static, const L: usize, const J: usize, const ISA: 
             }
         }
     }
-    let coef = |e: usize| -> &[T; J] {
-        coefs[e * J..(e + 1) * J]
-            .try_into()
-            .expect("J coefficients")
-    };
     let mut acc = [[T::ZERO; L]; J];
     for (e, &s) in live.iter().enumerate() {
         // SAFETY: the caller's; `[T; L]` has the alignment of `T`.
         let x = unsafe { &*cols[s].add(i).cast::<[T; L]>() };
-        for (acc, &c) in acc.iter_mut().zip(coef(e)) {
+        for (acc, &c) in acc.iter_mut().zip(coefficients::<T, J>(coefs, e)) {
             for (a, &x) in acc.iter_mut().zip(x) {
                 *a += c * x;
             }
         }
     }
     acc
+}
+
+/// The `J` coefficients of entry `e` of a run's sources (`coefs` holds `J` per entry).
+#[inline(always)]
+fn coefficients<T, const J: usize>(coefs: &[T], e: usize) -> &[T; J] {
+    coefs[e * J..(e + 1) * J]
+        .try_into()
+        .expect("J coefficients")
 }
 
 /// The `f64` register blocks of [`block`] for AVX2 and AVX-512.

@@ -99,6 +99,18 @@ pub enum Stores {
     Streaming,
 }
 
+impl Stores {
+    /// The stores for a result of `bytes` bytes: streaming from
+    /// [`STREAM_BYTES`](crate::cpu::STREAM_BYTES) on, cached below.
+    pub fn for_result(bytes: usize) -> Self {
+        if bytes >= crate::cpu::STREAM_BYTES {
+            Stores::Streaming
+        } else {
+            Stores::Cached
+        }
+    }
+}
+
 /// The register transpose for `T`, when `T` is one of the plain-bits element types of a
 /// size with a vector kernel and the CPU has the instructions (detected once by std and
 /// cached). `None` elsewhere, and always under Miri, which runs the portable path.
