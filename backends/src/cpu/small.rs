@@ -10,10 +10,10 @@
 //! the large operand and its product (two passes over memory each) costs one pass.
 //!
 //! How it runs: the output blocks of one call share X's free extents, so at each index of
-//! X's outer free legs the call reads each distinct column of X it needs once (prefetched a
-//! few indices ahead) and writes the output columns in runs of four, each summed in
-//! registers (for `f64`, fused multiply-adds on AVX2 or AVX-512 vectors) and stored once; an
-//! output larger than the last-level cache is stored past it ([`Stores::Streaming`]).
+//! X's outer free legs the call reads each distinct column of X it needs once and writes the
+//! output columns in runs of four, each summed in registers (for `f64`, fused multiply-adds
+//! on AVX2 or AVX-512 vectors) and stored once; an output larger than the last-level cache
+//! is stored past it ([`Stores::Streaming`]).
 //!
 //! Invariant: every offset the kernel forms is a multi-index of its view with each index
 //! below that axis's extent (the extents are checked against each other before anything is
@@ -607,29 +607,6 @@ unsafe fn put<T: Scalar>(d: *mut T, v: T, beta: Option<T>, stream: bool) {
     }
 }
 
-/// How many outer indices ahead [`contract_small`] asks for the large operand's columns: a
-/// call reads a dozen blocks' columns at once, more streams than the hardware prefetchers
-/// follow.
-const PREFETCH_AHEAD: usize = 2;
-
-/// Asks the cache for the `m` elements at `col` (a hint: no access is made, so any address
-/// is sound).
-#[inline(always)]
-fn prefetch_column<T>(col: *const T, m: usize) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    for line in (0..m * size_of::<T>()).step_by(64) {
-        // SAFETY: a prefetch never faults and accesses nothing; SSE is part of the x86-64
-        // baseline.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                col.cast::<i8>().wrapping_add(line),
-            )
-        };
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    let _ = (col, m);
-}
-
 /// `C <- beta C + sum_p scale_p op(X_p) op(Y_p)` over the legs `legs` for each output block
 /// and its pairs (`beta = None`: overwrite, the old `C` is not read), with `op` the
 /// conjugate where `conj` says (`[X, Y]`); `stores` says how `C` is written when it is
@@ -685,11 +662,6 @@ pub fn contract_small<T: Scalar>(
     for n in 0..n_outer {
         cols.clear();
         if in_place {
-            if n + PREFETCH_AHEAD < n_outer {
-                for &src in &tables.sources {
-                    prefetch_column(column(src, n + PREFETCH_AHEAD), m);
-                }
-            }
             // Each source's offset is an in-range multi-index of its block (inner index 0),
             // `m` elements of stride 1 inside its checked extent.
             cols.extend(tables.sources.iter().map(|&src| column(src, n)));
