@@ -15,9 +15,11 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, U1};
 use tessera::prelude::Runtime;
+
+mod paired;
 
 /// Four legs with U(1) sectors -q..=q of dimension `d` each, flux 0: blocks of d^4 elements
 /// (85 blocks for q = 2, 1,469 for q = 6, one for q = 0).
@@ -36,52 +38,6 @@ fn structure(d: usize, q: i32) -> Arc<BlockStructure<U1>> {
         )
         .unwrap(),
     )
-}
-
-/// Runs `a` and `b` in alternating batches for `span` (each batch runs one of them
-/// repeatedly for 30 ms, its first quarter discarded, so that each runs hot and the other's
-/// idle threads have gone to sleep, as when criterion measures it alone) and prints the median time of each and the median of the
-/// per-pair ratio `b / a` of batch medians (with `a` a permutation and `b` a copy of the
-/// same bytes: the permutation's bandwidth as a fraction of the copy's).
-fn paired(id: &str, span: Duration, mut a: impl FnMut(), mut b: impl FnMut()) {
-    fn median(v: &mut [f64]) -> f64 {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    }
-    fn batch(f: &mut impl FnMut()) -> f64 {
-        let (start, mut times) = (Instant::now(), Vec::new());
-        while start.elapsed() < Duration::from_millis(30) || times.len() < 8 {
-            let t = Instant::now();
-            f();
-            times.push(t.elapsed().as_secs_f64());
-        }
-        let settled = times.len() / 4;
-        median(&mut times[settled..])
-    }
-    let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    let start = Instant::now();
-    while start.elapsed() < span || ta.len() < 11 {
-        let (t1, t2) = (batch(&mut a), batch(&mut b));
-        ta.push(t1);
-        tb.push(t2);
-        ratio.push(t2 / t1);
-    }
-    let pairs = ta.len();
-    println!(
-        "{id}: permute {:.1} us, copy {:.1} us, permute at {:.2} of the copy's bandwidth \
-         (medians of {pairs} pairs of alternating batches)",
-        median(&mut ta) * 1e6,
-        median(&mut tb) * 1e6,
-        median(&mut ratio),
-    );
-}
-
-/// Whether the paired comparison `id` runs: when benchmarking (not `--test` or `--list`),
-/// with no filter or one that is part of `id`.
-fn paired_wanted(id: &str) -> bool {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let filter = args.iter().find(|a| !a.starts_with('-'));
-    args.iter().any(|a| a == "--bench") && filter.is_none_or(|f| id.contains(f.as_str()))
 }
 
 fn bench(c: &mut Criterion) {
@@ -138,9 +94,8 @@ fn bench(c: &mut Criterion) {
             })
         });
         let id = format!("block_ops/paired/{label}");
-        if paired_wanted(&id) {
-            paired(
-                &id,
+        if paired::wanted(&id) {
+            let p = paired::paired(
                 Duration::from_secs(3),
                 || {
                     runtime.enter(|| x.permute_into_with(&planned, &perm, &p).unwrap());
@@ -154,6 +109,14 @@ fn bench(c: &mut Criterion) {
                     });
                     black_box(&dst);
                 },
+            );
+            println!(
+                "{id}: permute {:.1} us, copy {:.1} us, permute at {:.2} of the copy's \
+                 bandwidth (medians of {} pairs of alternating batches)",
+                p.a * 1e6,
+                p.b * 1e6,
+                p.ratio,
+                p.pairs
             );
         }
         group.throughput(Throughput::Bytes(3 * bytes));

@@ -20,7 +20,10 @@
 //!   engine (`tessera_mps::dmrg`) applies it: constant operands held in the layouts its three
 //!   steps read, the two MPO tensors as one operator (`tessera_dmrg_layouts`); each group
 //!   prints the modelled memory traffic of one application of both chains beside the least
-//!   the layouts' three GEMM steps move with nothing permuted;
+//!   the layouts' three GEMM steps move with nothing permuted, and after the group a paired
+//!   line (`contract/heff/chi{chi}/paired`, see `benches/paired`): the DMRG layouts and the
+//!   dense GEMM in alternating batches, with the median of their per-pair ratio, the figure
+//!   least moved by a shared machine's drift;
 //! - `contract/cuda/block_gemm/16x{d}_{type}` and `contract/cuda/heff/chi{chi}`: with
 //!   `--features cuda`, on CUDA device 0, block GEMM and H_eff beside one dense cuBLAS GEMM.
 //!
@@ -37,9 +40,12 @@ use rayon::prelude::*;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, Trivial, U1};
 use tessera::contract::{Contraction, Network, Operand, Order, Plan, PlanCache, Spec};
 use tessera::prelude::Runtime;
+
+mod paired;
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -629,6 +635,27 @@ fn heff(c: &mut Criterion) {
             bch.iter(|| dense_gemm(&runtime, &da, &db, &mut dc))
         });
         group.finish();
+        let id = format!("contract/heff/chi{chi}/paired");
+        if paired::wanted(&id) {
+            let p = paired::paired(
+                Duration::from_secs(3),
+                || {
+                    runtime
+                        .enter(|| apply_in_layouts(&operands, &steps))
+                        .wait()
+                        .unwrap()
+                },
+                || dense_gemm(&runtime, &da, &db, &mut dc),
+            );
+            println!(
+                "{id}: DMRG layouts {:.3} ms, dense faer {:.3} ms, layouts at {:.2} of the \
+                 dense GEMM's speed (medians of {} pairs of alternating batches)",
+                p.a * 1e3,
+                p.b * 1e3,
+                p.ratio,
+                p.pairs
+            );
+        }
     }
 }
 
