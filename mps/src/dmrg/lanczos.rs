@@ -9,6 +9,7 @@
 use tessera_backends::{Host, Placement};
 use tessera_blocks::{AbelianSector, Tensor};
 
+use super::tridiagonal::lowest_of_tridiagonal;
 use crate::{Error, Result};
 
 /// What [`lanczos`] found.
@@ -52,7 +53,7 @@ pub struct Eigenpair<S: AbelianSector, P: Placement<f64> = Host> {
 ///
 /// # Errors
 ///
-/// [`Error::Dmrg`] for a zero start vector or a tridiagonal eigensolver that fails; the
+/// [`Error::Dmrg`] for a zero start vector or a product that is not finite; the
 /// errors of `apply` and of the block operations.
 pub fn lanczos<S: AbelianSector, P: Placement<f64>>(
     apply: impl Fn(&Tensor<f64, S, P>) -> Result<Tensor<f64, S, P>>,
@@ -218,27 +219,6 @@ fn next_omega(
     next.push(eps);
     next.push(1.0);
     next
-}
-
-/// The lowest eigenvalue of the symmetric tridiagonal matrix with diagonal `alpha` and
-/// off-diagonal `beta`, and its eigenvector (faer's dense self-adjoint eigensolver).
-pub(crate) fn lowest_of_tridiagonal(alpha: &[f64], beta: &[f64]) -> Result<(f64, Vec<f64>)> {
-    let n = alpha.len();
-    let t = faer::Mat::<f64>::from_fn(n, n, |i, j| match i.abs_diff(j) {
-        0 => alpha[i],
-        1 => beta[i.min(j)],
-        _ => 0.0,
-    });
-    let eig = t
-        .self_adjoint_eigen(faer::Side::Lower)
-        .map_err(|e| Error::Dmrg {
-            what: "Lanczos tridiagonal eigensolver".into(),
-            expected: "convergence".into(),
-            found: format!("{e:?}"),
-        })?;
-    let value = eig.S().column_vector()[0];
-    let y = (0..n).map(|i| eig.U()[(i, 0)]).collect();
-    Ok((value, y))
 }
 
 #[cfg(test)]

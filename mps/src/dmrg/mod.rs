@@ -81,14 +81,15 @@ mod spectrum;
 mod spill;
 #[cfg(test)]
 mod tests;
+mod tridiagonal;
 
 pub use checkpoint::CHECKPOINT_FILE;
 #[cfg(feature = "mpi")]
 pub use distributed::DistDmrg;
 pub use heff::EffectiveHamiltonian;
-pub(crate) use lanczos::lowest_of_tridiagonal;
 pub use lanczos::{Eigenpair, lanczos};
 pub use spectrum::BondSpectrum;
+pub(crate) use tridiagonal::lowest_of_tridiagonal;
 
 use std::time::{Duration, Instant};
 
