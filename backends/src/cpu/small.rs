@@ -337,13 +337,14 @@ struct Step<'s, T> {
 unsafe fn columns<T: Scalar>(step: &Step<'_, T>) {
     #[cfg(target_arch = "x86_64")]
     {
+        let avx2 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
         #[cfg(feature = "avx512")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the caller's; the CPU has AVX-512F.
+        if avx2 && std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the caller's; the CPU has AVX-512F, AVX2 and FMA.
             return unsafe { columns_avx512(step) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
+        if avx2 {
             // SAFETY: the caller's; the CPU has AVX2 and FMA.
             return unsafe { columns_avx2(step) };
         }
@@ -352,19 +353,21 @@ unsafe fn columns<T: Scalar>(step: &Step<'_, T>) {
     unsafe { step.run::<4, BASELINE>() }
 }
 
-/// [`columns`] for AVX-512: 16 rows (two vectors of f64) per register block.
+/// [`columns`] for AVX-512: 16 rows (two vectors of f64) per register block, a column's
+/// last rows in blocks of 8 (one AVX-512 vector) and 4 (one AVX2 vector).
 ///
 /// # Safety
 ///
-/// As [`columns`], on a CPU with AVX-512F.
+/// As [`columns`], on a CPU with AVX-512F, AVX2 and FMA.
 #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn columns_avx512<T: Scalar>(step: &Step<'_, T>) {
     // SAFETY: the caller's.
     unsafe { step.run::<16, AVX512>() }
 }
 
-/// [`columns`] for AVX2 with FMA: 8 rows (two vectors of f64) per register block.
+/// [`columns`] for AVX2 with FMA: 8 rows (two vectors of f64) per register block, a column's
+/// last rows in a block of 4 (one vector).
 ///
 /// # Safety
 ///
@@ -402,9 +405,11 @@ impl<T: Scalar> Step<'_, T> {
     }
 
     /// One run of `J` output columns of stride `sc`, from the sources `live` (whose
-    /// coefficients are `coefs`, `J` per entry): register blocks of
-    /// `L` rows, then the last rows (fewer than `L`) one at a time. The register blocks index
-    /// their accumulators by constants only, so these live in registers.
+    /// coefficients are `coefs`, `J` per entry): register blocks of `L` rows, then the last
+    /// rows (fewer than `L`) in blocks of 8 and 4 where the build has them (so the wide builds
+    /// do not sum up to 15 rows of a short column one element at a time: the columns of a
+    /// small DMRG bond are often shorter than 16), then one at a time. The register blocks
+    /// index their accumulators by constants only, so these live in registers.
     ///
     /// # Safety
     ///
@@ -421,31 +426,21 @@ impl<T: Scalar> Step<'_, T> {
         let stream = self.stream && sc == 1 && self.beta.is_none();
         let full = m - m % L;
         for i in (0..full).step_by(L) {
-            // SAFETY: rows `i..i + L` of each source, inside its `m` elements.
-            let acc = unsafe { block::<T, L, J, ISA>(self.cols, live, coefs, i) };
-            for (&o, acc) in out.iter().zip(&acc) {
-                // SAFETY: elements `i..i + L` (all below `m`) of an output column, held
-                // exclusively.
-                unsafe {
-                    if sc == 1 && !stream {
-                        let d = &mut *o.add(i).cast::<[T; L]>();
-                        match self.beta {
-                            None => *d = *acc,
-                            Some(b) => {
-                                for (d, &v) in d.iter_mut().zip(acc) {
-                                    *d = b * *d + v;
-                                }
-                            }
-                        }
-                    } else {
-                        for (l, &v) in acc.iter().enumerate() {
-                            put(o.offset((i + l) as isize * sc), v, self.beta, stream);
-                        }
-                    }
-                }
-            }
+            // SAFETY: rows `i..i + L`, all below `m`.
+            unsafe { self.rows::<L, J, ISA>(out, sc, stream, live, coefs, i) };
         }
-        for i in full..m {
+        let mut i = full;
+        if ISA != BASELINE && L > 8 && m - i >= 8 {
+            // SAFETY: rows `i..i + 8`, all below `m`.
+            unsafe { self.rows::<8, J, ISA>(out, sc, stream, live, coefs, i) };
+            i += 8;
+        }
+        if ISA != BASELINE && L > 4 && m - i >= 4 {
+            // SAFETY: rows `i..i + 4`, all below `m`.
+            unsafe { self.rows::<4, J, ISA>(out, sc, stream, live, coefs, i) };
+            i += 4;
+        }
+        for i in i..m {
             for (j, &o) in out.iter().enumerate() {
                 let mut v = T::ZERO;
                 for (e, &s) in live.iter().enumerate() {
@@ -454,6 +449,47 @@ impl<T: Scalar> Step<'_, T> {
                 }
                 // SAFETY: element `i < m` of an output column, exclusive.
                 unsafe { put(o.offset(i as isize * sc), v, self.beta, stream) };
+            }
+        }
+    }
+
+    /// One register block of [`sum`](Self::sum): rows `i..i + K` of its `J` output columns,
+    /// summed and stored (straight to memory where the column is contiguous and cached).
+    ///
+    /// # Safety
+    ///
+    /// As [`columns`], with `i + K <= m`.
+    #[inline(always)]
+    unsafe fn rows<const K: usize, const J: usize, const ISA: u8>(
+        &self,
+        out: &[*mut T],
+        sc: isize,
+        stream: bool,
+        live: &[usize],
+        coefs: &[T],
+        i: usize,
+    ) {
+        // SAFETY: rows `i..i + K` of each source, inside its `m` elements.
+        let acc = unsafe { block::<T, K, J, ISA>(self.cols, live, coefs, i) };
+        for (&o, acc) in out.iter().zip(&acc) {
+            // SAFETY: elements `i..i + K` (all below `m`) of an output column, held
+            // exclusively.
+            unsafe {
+                if sc == 1 && !stream {
+                    let d = &mut *o.add(i).cast::<[T; K]>();
+                    match self.beta {
+                        None => *d = *acc,
+                        Some(b) => {
+                            for (d, &v) in d.iter_mut().zip(acc) {
+                                *d = b * *d + v;
+                            }
+                        }
+                    }
+                } else {
+                    for (l, &v) in acc.iter().enumerate() {
+                        put(o.offset((i + l) as isize * sc), v, self.beta, stream);
+                    }
+                }
             }
         }
     }
@@ -467,14 +503,15 @@ const AVX2: u8 = 1;
 const AVX512: u8 = 2;
 
 /// One register block of a run: `acc[j][l] = sum_e coefs[e * J + j] cols[live[e]][i + l]`.
-/// For `f64` in the AVX2 and AVX-512 builds, two vectors per output column with fused
+/// For `f64` in the AVX2 and AVX-512 builds, one or two vectors per output column (16 or 8
+/// rows on AVX-512, 8 or 4 on AVX2, and 4 in AVX2 vectors on AVX-512) with fused
 /// multiply-adds (written with intrinsics: the compiler does not vectorize the generic loop
 /// reliably); elsewhere the generic loop.
 ///
 /// # Safety
 ///
 /// Rows `i..i + L` of each source `cols[live[e]]` are readable; `coefs` has `J` per entry
-/// of `live`; the CPU has the instruction set `ISA`.
+/// of `live`; the CPU has the instruction set `ISA` (with AVX2 and FMA for `AVX512`).
 #[inline(always)]
 unsafe fn block<T: Scalar + 'static, const L: usize, const J: usize, const ISA: u8>(
     cols: &[*const T],
@@ -493,11 +530,20 @@ unsafe fn block<T: Scalar + 'static, const L: usize, const J: usize, const ISA: 
         unsafe {
             #[cfg(feature = "avx512")]
             if ISA == AVX512 && L == 16 {
-                let acc = vector::block_avx512::<J>(cols, live, coefs, i);
+                let acc = vector::block_avx512::<J, 2>(cols, live, coefs, i);
+                return std::mem::transmute_copy(&acc);
+            }
+            #[cfg(feature = "avx512")]
+            if ISA == AVX512 && L == 8 {
+                let acc = vector::block_avx512::<J, 1>(cols, live, coefs, i);
                 return std::mem::transmute_copy(&acc);
             }
             if ISA == AVX2 && L == 8 {
-                let acc = vector::block_avx2::<J>(cols, live, coefs, i);
+                let acc = vector::block_avx2::<J, 2>(cols, live, coefs, i);
+                return std::mem::transmute_copy(&acc);
+            }
+            if (ISA == AVX2 || ISA == AVX512) && L == 4 {
+                let acc = vector::block_avx2::<J, 1>(cols, live, coefs, i);
                 return std::mem::transmute_copy(&acc);
             }
         }
@@ -528,61 +574,69 @@ fn coefficients<T, const J: usize>(coefs: &[T], e: usize) -> &[T; J] {
 mod vector {
     use std::arch::x86_64::*;
 
-    /// [`block`](super::block) with 16 rows in two AVX-512 vectors.
+    /// [`block`](super::block) with `8 V` rows in `V` AVX-512 vectors.
     ///
     /// # Safety
     ///
-    /// As [`block`](super::block), for `L = 16`, on a CPU with AVX-512F.
+    /// As [`block`](super::block), for `L = 8 V`, on a CPU with AVX-512F.
     #[cfg(feature = "avx512")]
     #[target_feature(enable = "avx512f")]
     #[inline]
-    pub(super) unsafe fn block_avx512<const J: usize>(
+    pub(super) unsafe fn block_avx512<const J: usize, const V: usize>(
         cols: *const *const f64,
         live: &[usize],
         coefs: *const f64,
         i: usize,
-    ) -> [[__m512d; 2]; J] {
-        let mut acc = [[_mm512_setzero_pd(); 2]; J];
+    ) -> [[__m512d; V]; J] {
+        let mut acc = [[_mm512_setzero_pd(); V]; J];
         for (e, &s) in live.iter().enumerate() {
-            // SAFETY: the caller's: rows `i..i + 16` of the source, `J` coefficients per
+            // SAFETY: the caller's: rows `i..i + 8 V` of the source, `J` coefficients per
             // entry.
             unsafe {
                 let x = (*cols.add(s)).add(i);
-                let (x0, x1) = (_mm512_loadu_pd(x), _mm512_loadu_pd(x.add(8)));
+                let mut xs = [_mm512_setzero_pd(); V];
+                for (v, xv) in xs.iter_mut().enumerate() {
+                    *xv = _mm512_loadu_pd(x.add(8 * v));
+                }
                 for (j, acc) in acc.iter_mut().enumerate() {
                     let c = _mm512_set1_pd(*coefs.add(e * J + j));
-                    acc[0] = _mm512_fmadd_pd(c, x0, acc[0]);
-                    acc[1] = _mm512_fmadd_pd(c, x1, acc[1]);
+                    for (a, &xv) in acc.iter_mut().zip(&xs) {
+                        *a = _mm512_fmadd_pd(c, xv, *a);
+                    }
                 }
             }
         }
         acc
     }
 
-    /// [`block`](super::block) with 8 rows in two AVX2 vectors.
+    /// [`block`](super::block) with `4 V` rows in `V` AVX2 vectors.
     ///
     /// # Safety
     ///
-    /// As [`block`](super::block), for `L = 8`, on a CPU with AVX2 and FMA.
+    /// As [`block`](super::block), for `L = 4 V`, on a CPU with AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    pub(super) unsafe fn block_avx2<const J: usize>(
+    pub(super) unsafe fn block_avx2<const J: usize, const V: usize>(
         cols: *const *const f64,
         live: &[usize],
         coefs: *const f64,
         i: usize,
-    ) -> [[__m256d; 2]; J] {
-        let mut acc = [[_mm256_setzero_pd(); 2]; J];
+    ) -> [[__m256d; V]; J] {
+        let mut acc = [[_mm256_setzero_pd(); V]; J];
         for (e, &s) in live.iter().enumerate() {
-            // SAFETY: the caller's: rows `i..i + 8` of the source, `J` coefficients per
+            // SAFETY: the caller's: rows `i..i + 4 V` of the source, `J` coefficients per
             // entry.
             unsafe {
                 let x = (*cols.add(s)).add(i);
-                let (x0, x1) = (_mm256_loadu_pd(x), _mm256_loadu_pd(x.add(4)));
+                let mut xs = [_mm256_setzero_pd(); V];
+                for (v, xv) in xs.iter_mut().enumerate() {
+                    *xv = _mm256_loadu_pd(x.add(4 * v));
+                }
                 for (j, acc) in acc.iter_mut().enumerate() {
                     let c = _mm256_set1_pd(*coefs.add(e * J + j));
-                    acc[0] = _mm256_fmadd_pd(c, x0, acc[0]);
-                    acc[1] = _mm256_fmadd_pd(c, x1, acc[1]);
+                    for (a, &xv) in acc.iter_mut().zip(&xs) {
+                        *a = _mm256_fmadd_pd(c, xv, *a);
+                    }
                 }
             }
         }
@@ -812,7 +866,6 @@ mod tests {
     /// Y[k, j]` with no outer leg.
     #[test]
     fn every_build_of_the_column_kernel_sums_the_same() {
-        type Build = unsafe fn(&Step<'_, f64>);
         let mut builds: Vec<(&str, Build)> = vec![("baseline", |s| {
             // SAFETY: the caller's (the contract of `columns`).
             unsafe { s.run::<4, BASELINE>() }
@@ -826,13 +879,33 @@ mod tests {
             }));
         }
         #[cfg(all(target_arch = "x86_64", feature = "avx512"))]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
             builds.push(("avx512", |s| {
-                // SAFETY: the caller's; the CPU has AVX-512F.
+                // SAFETY: the caller's; the CPU has AVX-512F, AVX2 and FMA.
                 unsafe { columns_avx512(s) }
             }));
         }
-        let (m, q, nj) = (35, 5, 7);
+        // Column lengths that take every mix of register blocks (16, 8, 4) and single rows
+        // (under Miri, which runs the baseline build alone, two of them).
+        let lengths: &[usize] = if cfg!(miri) {
+            &[7, 35]
+        } else {
+            &[1, 4, 7, 12, 13, 15, 31, 35]
+        };
+        for &m in lengths {
+            check_column_kernel(&builds, m);
+        }
+    }
+
+    /// A build of the column kernel, as the tests call it.
+    type Build = unsafe fn(&Step<'_, f64>);
+
+    /// [`every_build_of_the_column_kernel_sums_the_same`] for columns of `m` rows.
+    fn check_column_kernel(builds: &[(&str, Build)], m: usize) {
+        let (q, nj) = (5, 7);
         let xb = SharedBuffer::from_fn(m * q, |i| ((i * 7) % 11) as f64 - 5.0);
         let yb = SharedBuffer::from_fn(q * nj, |k| {
             if k % 3 == 0 {
@@ -847,7 +920,7 @@ mod tests {
             contracted: vec![(1, 0)],
             free_y: vec![(1, 1)],
         };
-        for (name, build) in builds {
+        for &(name, build) in builds {
             for (sc, beta, stream) in [
                 (1, None, false),
                 (1, None, true),
@@ -903,7 +976,10 @@ mod tests {
                             .sum();
                         let want = beta.map_or(sum, |b| b * j as f64 + sum);
                         let got = all[i + j * m];
-                        assert!((got - want).abs() < 1e-12, "{name} {sc} {beta:?} {stream}");
+                        assert!(
+                            (got - want).abs() < 1e-12,
+                            "{name}, {m} rows: {sc} {beta:?} {stream}"
+                        );
                     }
                     // Elements between the strided ones are untouched.
                     for k in (0..m * sc).filter(|k| k % sc != 0) {
