@@ -38,9 +38,22 @@ pub(crate) fn lowest_of_tridiagonal(alpha: &[f64], beta: &[f64]) -> Result<(f64,
     if let Some(x) = alpha.iter().chain(beta).find(|x| !x.is_finite()) {
         return Err(refuse("finite entries", format!("an entry {x}")));
     }
+    // The pair of `T / scale`, whose entries are at most 1 in magnitude (so no sum or square
+    // below overflows or underflows for any finite `T`); the value is scaled back at the end.
+    let scale = alpha
+        .iter()
+        .chain(beta)
+        .fold(0.0_f64, |m, x| m.max(x.abs()));
+    if scale == 0.0 {
+        let mut y = vec![0.0; n];
+        y[0] = 1.0;
+        return Ok((0.0, y));
+    }
+    let alpha: Vec<f64> = alpha.iter().map(|a| a / scale).collect();
+    let beta: Vec<f64> = beta.iter().map(|b| b / scale).collect();
     let b = |i: usize| if i == 0 || i == n { 0.0 } else { beta[i - 1] };
     // Gershgorin: every eigenvalue lies in [lo, ..], and the lowest below the least
-    // diagonal entry (a Rayleigh quotient); `norm` bounds ||T||.
+    // diagonal entry (a Rayleigh quotient); `norm` (at most 3) bounds ||T / scale||.
     let (mut lo, mut hi, mut norm) = (f64::INFINITY, f64::INFINITY, 0.0_f64);
     for (i, &a) in alpha.iter().enumerate() {
         let r = b(i).abs() + b(i + 1).abs();
@@ -48,14 +61,10 @@ pub(crate) fn lowest_of_tridiagonal(alpha: &[f64], beta: &[f64]) -> Result<(f64,
         hi = hi.min(a);
         norm = norm.max(a.abs() + r);
     }
-    if norm == 0.0 {
-        let mut y = vec![0.0; n];
-        y[0] = 1.0;
-        return Ok((0.0, y));
-    }
-    // The least pivot magnitude a Sturm count lets through (LAPACK's `pivmin`): a zero
-    // pivot is taken as this, negative, so the count stays exact in sign.
-    let pivmin = f64::MIN_POSITIVE * beta.iter().fold(1.0_f64, |m, x| m.max(x * x));
+    // The least pivot magnitude a Sturm count lets through (LAPACK's `pivmin`, the squares
+    // of the off-diagonal being at most 1): a zero pivot is taken as this, negative, so the
+    // count stays exact in sign.
+    let pivmin = f64::MIN_POSITIVE;
     let below = |x: f64| -> usize {
         let mut count = 0;
         let mut q = 1.0;
@@ -115,7 +124,7 @@ pub(crate) fn lowest_of_tridiagonal(alpha: &[f64], beta: &[f64]) -> Result<(f64,
         let s = y.iter().map(|v| v * v).sum::<f64>().sqrt();
         y.iter_mut().for_each(|v| *v /= s);
     }
-    Ok((value, y))
+    Ok((value * scale, y))
 }
 
 #[cfg(test)]
@@ -166,26 +175,29 @@ mod tests {
     fn the_lowest_pair_is_the_dense_solvers() {
         let mut seed = 7_u64;
         for n in [1_usize, 2, 3, 5, 10, 20, 40, 90] {
-            for scale in [1e-3, 1.0, 1e4] {
-                let alpha: Vec<f64> = (0..n).map(|_| scale * uniform(&mut seed)).collect();
-                // Lanczos gives non-negative off-diagonals; some here are tiny.
-                let beta: Vec<f64> = (1..n)
-                    .map(|i| {
-                        let b = scale * uniform(&mut seed).abs();
-                        if i % 7 == 3 { b * 1e-9 } else { b }
-                    })
-                    .collect();
-                let (value, y) = lowest_of_tridiagonal(&alpha, &beta).unwrap();
-                let (want, wy) = dense(&alpha, &beta);
-                let norm = scale * 3.0;
+            let alpha: Vec<f64> = (0..n).map(|_| uniform(&mut seed)).collect();
+            // Lanczos gives non-negative off-diagonals; some here are tiny.
+            let beta: Vec<f64> = (1..n)
+                .map(|i| {
+                    let b = uniform(&mut seed).abs();
+                    if i % 7 == 3 { b * 1e-9 } else { b }
+                })
+                .collect();
+            let (want, wy) = dense(&alpha, &beta);
+            // The same matrix scaled, far from 1 too (the squares of its entries leave `f64`
+            // at 1e-200 and 1e200): the same vector, the value scaled.
+            for scale in [1e-200, 1e-3, 1.0, 1e4, 1e200] {
+                let times = |v: &[f64]| v.iter().map(|x| x * scale).collect::<Vec<_>>();
+                let (value, y) = lowest_of_tridiagonal(&times(&alpha), &times(&beta)).unwrap();
+                let value = value / scale;
                 assert!(
-                    (value - want).abs() <= 1e-13 * norm,
+                    (value - want).abs() <= 3e-13,
                     "n = {n}, scale {scale}: {value} against {want}"
                 );
                 let unit = y.iter().map(|v| v * v).sum::<f64>().sqrt();
                 assert!((unit - 1.0).abs() < 1e-14, "n = {n}: norm {unit}");
                 let r = residual(&alpha, &beta, value, &y);
-                assert!(r <= 1e-12 * norm, "n = {n}, scale {scale}: residual {r}");
+                assert!(r <= 3e-12, "n = {n}, scale {scale}: residual {r}");
                 // The same vector up to its sign, where the lowest eigenvalue stands apart.
                 let overlap = y.iter().zip(&wy).map(|(a, b)| a * b).sum::<f64>().abs();
                 assert!((overlap - 1.0).abs() < 1e-8, "n = {n}: overlap {overlap}");
