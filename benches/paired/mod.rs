@@ -41,12 +41,19 @@ fn batch(f: &mut impl FnMut()) -> f64 {
     median(&mut times[settled..])
 }
 
-/// Runs `a` and `b` in alternating batches for `span` (and at least 11 pairs).
+/// Runs `a` and `b` in alternating batches for `span` (and at least 11 pairs), each pair in
+/// the other order than the one before (so neither always follows the other).
 pub(crate) fn paired(span: Duration, mut a: impl FnMut(), mut b: impl FnMut()) -> Paired {
     let (mut ta, mut tb, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     let start = Instant::now();
     while start.elapsed() < span || ta.len() < 11 {
-        let (t1, t2) = (batch(&mut a), batch(&mut b));
+        let (t1, t2) = if ta.len() % 2 == 0 {
+            let t1 = batch(&mut a);
+            (t1, batch(&mut b))
+        } else {
+            let t2 = batch(&mut b);
+            (batch(&mut a), t2)
+        };
         ta.push(t1);
         tb.push(t2);
         ratio.push(t2 / t1);
@@ -59,10 +66,35 @@ pub(crate) fn paired(span: Duration, mut a: impl FnMut(), mut b: impl FnMut()) -
     }
 }
 
+/// Criterion's options that take a value as the next argument (so that value is not the
+/// filter).
+const WITH_VALUE: [&str; 16] = [
+    "--baseline",
+    "--baseline-lenient",
+    "--color",
+    "--confidence-level",
+    "--format",
+    "--load-baseline",
+    "--measurement-time",
+    "--noise-threshold",
+    "--nresamples",
+    "--output-format",
+    "--plotting-backend",
+    "--profile-time",
+    "--sample-size",
+    "--save-baseline",
+    "--significance-level",
+    "--warm-up-time",
+];
+
 /// Whether the paired comparison `id` runs: when benchmarking (not `--test` or `--list`),
-/// with no filter or one that is part of `id`.
+/// with no filter or one that is part of `id` (a substring: criterion reads its filter as a
+/// regular expression, these lines do not).
 pub(crate) fn wanted(id: &str) -> bool {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let filter = args.iter().find(|a| !a.starts_with('-'));
+    let filter = args.iter().enumerate().find_map(|(i, a)| {
+        let value_of_option = i > 0 && WITH_VALUE.contains(&args[i - 1].as_str());
+        (!a.starts_with('-') && !value_of_option).then_some(a)
+    });
     args.iter().any(|a| a == "--bench") && filter.is_none_or(|f| id.contains(f.as_str()))
 }

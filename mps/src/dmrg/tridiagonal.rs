@@ -16,7 +16,8 @@ use crate::{Error, Result};
 
 /// The lowest eigenvalue of the symmetric tridiagonal matrix with diagonal `alpha` and
 /// off-diagonal `beta` (`beta.len() + 1 == alpha.len()`), and its unit eigenvector (its sign
-/// is arbitrary).
+/// is arbitrary). The value is infinite only where the eigenvalue itself is beyond `f64`
+/// (entries near `f64::MAX`).
 ///
 /// # Errors
 ///
@@ -95,7 +96,8 @@ pub(crate) fn lowest_of_tridiagonal(alpha: &[f64], beta: &[f64]) -> Result<(f64,
     // Inverse iteration with a shift below the spectrum by a few rounding errors of ||T||:
     // `T - shift` is positive definite with its least eigenvalue about `delta`, so the solve
     // multiplies the lowest eigenvector's component by about `1 / delta` and the others by
-    // at most `1 / gap`; two solves from a vector with every component nonzero suffice.
+    // at most `1 / gap`; two solves from a start that meets the lowest eigenspace (below)
+    // suffice.
     let delta = 8.0 * (n as f64) * f64::EPSILON * norm;
     let shift = lo - delta;
     let mut d = vec![0.0; n];
@@ -109,7 +111,20 @@ pub(crate) fn lowest_of_tridiagonal(alpha: &[f64], beta: &[f64]) -> Result<(f64,
         // Positive in exact arithmetic; a pivot rounded to nothing is floored.
         d[i] = p.max(delta * f64::EPSILON);
     }
-    let mut y: Vec<f64> = (0..n).map(|i| 1.0 + 0.25 * ((i * 7) % 5) as f64).collect();
+    // The start: positive entries under the signs `s` with `s_i s_{i-1} b_i <= 0`. Then
+    // `S T S` has no positive off-diagonal, so (Perron-Frobenius) its lowest eigenspace
+    // holds a nonnegative vector, and the start meets the lowest eigenspace of `T`: no
+    // start with fixed signs does for every `T` (for `[[2, 1, 0], [1, 1, 1], [0, 1, 2]]` the
+    // lowest vector `(1, -2, 1)` is orthogonal to `(1, 1.5, 2)`).
+    let mut sign = 1.0_f64;
+    let mut y: Vec<f64> = (0..n)
+        .map(|i| {
+            if b(i) != 0.0 {
+                sign = -sign * b(i).signum();
+            }
+            sign * (1.0 + 0.25 * ((i * 7) % 5) as f64)
+        })
+        .collect();
     for _ in 0..2 {
         // L D L^T y' = y.
         for i in 1..n {
@@ -227,6 +242,25 @@ mod tests {
             lowest_of_tridiagonal(&[-4.5], &[]).unwrap(),
             (-4.5, vec![1.0])
         );
+    }
+
+    #[test]
+    fn the_start_meets_the_lowest_vector_whatever_the_signs() {
+        // The lowest vector (1, -2, 1) at 0 is orthogonal to a start of one sign throughout,
+        // and Lanczos from a basis vector gives exactly this matrix (then stops: the next
+        // off-diagonal is 0, so only the vector says whether the pair is right).
+        for (alpha, beta) in [
+            (vec![2.0, 1.0, 2.0], vec![1.0, 1.0]),
+            (vec![2.0, 1.0, 2.0], vec![-1.0, 1.0]),
+            (vec![2.0, 1.0, 2.0], vec![-1.0, -1.0]),
+            (vec![2.0, 1.0, 2.0, 5.0, 0.0], vec![1.0, 1.0, 0.0, -3.0]),
+        ] {
+            let (value, y) = lowest_of_tridiagonal(&alpha, &beta).unwrap();
+            let (want, _) = dense(&alpha, &beta);
+            assert!((value - want).abs() < 1e-14, "{alpha:?} {beta:?}: {value}");
+            let r = residual(&alpha, &beta, value, &y);
+            assert!(r < 1e-13, "{alpha:?} {beta:?}: residual {r}");
+        }
     }
 
     #[test]
