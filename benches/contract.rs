@@ -17,13 +17,15 @@
 //!   U(1) Heisenberg structures of `benches/data/heff_heisenberg_chi*.json`, over one dense
 //!   faer GEMM of the same total flops: in the files' chain (L theta, W, W, R, as TeNPy runs
 //!   it), in the order [`Network::optimal`] picks from the same structures, and as the DMRG
-//!   engine (`tessera_mps::dmrg`) applies it: constant operands held in the layouts its three
-//!   steps read, the two MPO tensors as one operator (`tessera_dmrg_layouts`); each group
-//!   prints the modelled memory traffic of one application of both chains beside the least
-//!   the layouts' three GEMM steps move with nothing permuted, and after the group a paired
-//!   line (`contract/heff/chi{chi}/paired`, see `benches/paired`): the DMRG layouts and the
-//!   dense GEMM in alternating batches, with the median of their per-pair ratio, the figure
-//!   least moved by a shared machine's drift;
+//!   engine (`tessera_mps::dmrg`) prepares it: constant operands held in the layouts its three
+//!   steps read, the two MPO tensors as one operator, the steps applied in turn
+//!   (`tessera_dmrg_layouts`) and as the engine applies them, one [`Chain`] fused by row
+//!   panels (`tessera_dmrg_chain`); each group prints the modelled memory traffic of one
+//!   application of both chains beside the least the layouts' three GEMM steps move with
+//!   nothing permuted, and after the group a paired line (`contract/heff/chi{chi}/paired`,
+//!   see `benches/paired`): the engine's chain and the dense GEMM in alternating batches,
+//!   with the median of their per-pair ratio, the figure least moved by a shared machine's
+//!   drift;
 //! - `contract/cuda/block_gemm/16x{d}_{type}` and `contract/cuda/heff/chi{chi}`: with
 //!   `--features cuda`, on CUDA device 0, block GEMM and H_eff beside one dense cuBLAS GEMM.
 //!
@@ -42,7 +44,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, Trivial, U1};
-use tessera::contract::{Contraction, Network, Operand, Order, Plan, PlanCache, Spec};
+use tessera::contract::{Chain, Contraction, Network, Operand, Order, Plan, PlanCache, Spec};
 use tessera::prelude::Runtime;
 
 mod paired;
@@ -586,6 +588,33 @@ fn heff(c: &mut Criterion) {
                     .unwrap()
             })
         });
+        // The same three steps as one `Chain` (what the engine runs): fused by row panels,
+        // each task computing both intermediates on one sector of `y` in its own scratch.
+        let fused_chain = Chain::new(steps.clone());
+        let [left, w, right, theta] = &operands;
+        let fused = runtime.enter(|| {
+            let want = apply_in_layouts(&operands, &steps).to_dense().unwrap();
+            let got = fused_chain.apply(left, theta, w, right).unwrap();
+            let got = got.to_dense().unwrap();
+            let scale = want.iter().fold(0.0_f64, |m, x| m.max(x.abs()));
+            assert!(
+                want.iter()
+                    .zip(&got)
+                    .all(|(a, b)| (a - b).abs() <= 1e-10 * scale)
+            );
+            let s = operands.each_ref().map(|x| x.structure());
+            fused_chain
+                .fuses::<f64, U1>([s[0], s[3], s[1], s[2]])
+                .unwrap()
+        });
+        group.bench_function("tessera_dmrg_chain", |bch| {
+            bch.iter(|| {
+                runtime
+                    .enter(|| fused_chain.apply(left, theta, w, right).unwrap())
+                    .wait()
+                    .unwrap()
+            })
+        });
         // The same chain with every step run as GEMMs on matrix forms (what a device runs):
         // the baseline of the operator step's one pass.
         let gemm_only = Arc::new(PlanCache::new().with_small_operand_min(usize::MAX));
@@ -641,7 +670,7 @@ fn heff(c: &mut Criterion) {
                 Duration::from_secs(3),
                 || {
                     runtime
-                        .enter(|| apply_in_layouts(&operands, &steps))
+                        .enter(|| fused_chain.apply(left, theta, w, right).unwrap())
                         .wait()
                         .unwrap()
                 },
@@ -649,8 +678,9 @@ fn heff(c: &mut Criterion) {
             );
             // Speed, not time: the cube's flops are the chain's rounded to `2 n^3`.
             println!(
-                "{id}: DMRG layouts {:.3} ms, dense faer {:.3} ms, layouts at {:.2} of the \
+                "{id}: DMRG chain ({}) {:.3} ms, dense faer {:.3} ms, chain at {:.2} of the \
                  dense GEMM's speed (medians of {} pairs of alternating batches)",
+                if fused { "fused" } else { "in turn" },
                 p.a * 1e3,
                 p.b * 1e3,
                 p.ratio * flops as f64 / dflops as f64,

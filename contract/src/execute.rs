@@ -93,6 +93,20 @@ impl Contraction {
         &self.spec
     }
 
+    /// Which operands it conjugates (`[A, B]`).
+    pub(crate) fn conj(&self) -> [bool; 2] {
+        self.conj
+    }
+
+    /// The plan for operands of structures `a` and `b` and elements `T`.
+    pub(crate) fn plan_structures<T: Scalar, S: AbelianSector>(
+        &self,
+        a: &Arc<BlockStructure<S>>,
+        b: &Arc<BlockStructure<S>>,
+    ) -> Result<Arc<Plan<S>>, Error> {
+        self.cache.plan::<T, S>(&self.spec, self.conj, a, b, None)
+    }
+
     /// The plan for these operands (from the cache when their structures were seen before).
     ///
     /// # Errors

@@ -85,6 +85,7 @@
 #![deny(missing_docs)]
 
 mod cache;
+mod chain;
 #[cfg(feature = "cuda")]
 mod device;
 mod error;
@@ -97,6 +98,7 @@ mod spec;
 mod su2;
 
 pub use cache::{DEFAULT_PLAN_CAPACITY, PlanCache};
+pub use chain::{Chain, FUSE_MIN_ELEMS};
 pub use error::Error;
 pub use execute::Contraction;
 pub use network::{MAX_EXHAUSTIVE, Network, Order};

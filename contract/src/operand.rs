@@ -63,6 +63,14 @@ pub(crate) mod sealed {
             token: Token,
         ) -> Result<(), Error>;
 
+        /// Enrolls `chain` on `operands` fused by row panels into a new array, or `None`
+        /// where it cannot (the caller then applies its steps in turn).
+        fn submit_chain(
+            chain: &crate::chain::Chain,
+            operands: [&Self; 4],
+            token: Token,
+        ) -> Result<Option<Self>, Error>;
+
         /// That `other` lives where `self` does.
         fn check_domain(&self, other: &Self) -> Result<(), Error> {
             if self.domain_of() == other.domain_of() {
@@ -96,6 +104,18 @@ pub trait Executor<T: Scalar>: Placement<T> + sealed::Sealed {
         fresh: bool,
         token: sealed::Token,
     ) -> Result<(), Error>;
+
+    /// Enrolls `chain` fused by row panels, or `None` where this placement has no fused
+    /// path (the chain then applies its steps in turn).
+    #[doc(hidden)]
+    fn submit_chain<S: AbelianSector>(
+        chain: &crate::chain::Chain,
+        operands: [&Tensor<T, S, Self>; 4],
+        token: sealed::Token,
+    ) -> Result<Option<Tensor<T, S, Self>>, Error> {
+        let _ = (chain, operands, token);
+        Ok(None)
+    }
 }
 
 impl sealed::Sealed for Host {}
@@ -112,6 +132,14 @@ impl<T: Field> Executor<T> for Host {
         _: sealed::Token,
     ) -> Result<(), Error> {
         crate::execute::submit(plan, alpha, a, b, beta, c, fresh)
+    }
+
+    fn submit_chain<S: AbelianSector>(
+        chain: &crate::chain::Chain,
+        operands: [&AsyncArray<T, S>; 4],
+        _: sealed::Token,
+    ) -> Result<Option<AsyncArray<T, S>>, Error> {
+        crate::chain::submit(chain, operands)
     }
 }
 
@@ -179,6 +207,14 @@ impl<T: Scalar, S: AbelianSector, P: Executor<T>> sealed::Operands for Tensor<T,
         token: sealed::Token,
     ) -> Result<(), Error> {
         P::submit(plan, alpha, a, b, beta, c, fresh, token)
+    }
+
+    fn submit_chain(
+        chain: &crate::chain::Chain,
+        operands: [&Self; 4],
+        token: sealed::Token,
+    ) -> Result<Option<Self>, Error> {
+        P::submit_chain(chain, operands, token)
     }
 }
 

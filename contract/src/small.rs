@@ -61,26 +61,26 @@ const MIN_GROUP_ELEMS: usize = 1 << 13;
 pub(crate) struct SmallGroup {
     /// Blocks of the large operand, of the small one, and of the output it touches (each
     /// once).
-    x: Vec<usize>,
-    y: Vec<usize>,
-    c: Vec<usize>,
+    pub(crate) x: Vec<usize>,
+    pub(crate) y: Vec<usize>,
+    pub(crate) c: Vec<usize>,
     /// Per output block (in `c`'s order), its range of `pairs`.
-    products: Vec<Range<usize>>,
+    pub(crate) products: Vec<Range<usize>>,
     /// Runs of `c` that share a row of X's free sectors: one kernel call each.
-    bundles: Vec<Range<usize>>,
+    pub(crate) bundles: Vec<Range<usize>>,
     /// `(local X index, local Y index, negative)`.
-    pairs: Vec<(usize, usize, bool)>,
+    pub(crate) pairs: Vec<(usize, usize, bool)>,
 }
 
 /// A contraction with a small operand, run without matrix forms (see the module docs).
 #[derive(Clone, Debug)]
 pub(crate) struct SmallPlan {
     /// Which operand is the large one, `X`: 0 for `A`, 1 for `B`.
-    big: usize,
-    legs: SmallLegs,
-    groups: Vec<SmallGroup>,
+    pub(crate) big: usize,
+    pub(crate) legs: SmallLegs,
+    pub(crate) groups: Vec<SmallGroup>,
     /// Output blocks no pair writes.
-    idle: Vec<usize>,
+    pub(crate) idle: Vec<usize>,
     pub(crate) pairs: usize,
     pub(crate) flops: u64,
 }

@@ -206,8 +206,9 @@ impl<S: AbelianSector> DistDmrg<S> {
         let w = contract(&c.mpo_pair, &self.w[i], &self.w[i + 1], &PLACEMENT)?;
         let apply = |x: &Dist<S>| -> Result<Dist<S>> {
             let t = contract(&self.heff_left, left, x, &PLACEMENT)?;
-            let t = contract(&c.heff[1], &t, &w, &PLACEMENT)?;
-            Ok(contract(&c.heff_pair, &t, right, &PLACEMENT)?)
+            let [_, second, last] = c.heff_pair.steps();
+            let t = contract(second, &t, &w, &PLACEMENT)?;
+            Ok(contract(last, &t, right, &PLACEMENT)?)
         };
         let (tol, iter) = (self.settings.lanczos_tol, self.settings.lanczos_iter);
         let (energy, ground, matvecs) = krylov(apply, &theta, tol, iter)?;

@@ -20,7 +20,7 @@
 
 use tessera_backends::{Host, Placement};
 use tessera_blocks::AbelianSector;
-use tessera_contract::{Contraction, Executor};
+use tessera_contract::{Chain, Contraction, Executor};
 
 use crate::{Error, Result};
 
@@ -57,10 +57,11 @@ pub(crate) struct Contractions {
     /// `(L theta) W R`: `theta(k, s, t | r) -> (y, u, v | z)`, with `L` as `(y, a | k)` and
     /// `W = W_i W_{i+1}` as `(a, s, t | u, v, c)` (see [`EffectiveHamiltonian`]); each step's
     /// output is what the next step reads in place.
-    pub(crate) heff: [Contraction; 3],
-    /// The last step of `heff` for a pair split as [`Dmrg::pair`](super::Dmrg::pair) returns
-    /// it, `(y, u | v, z)`.
-    pub(crate) heff_pair: Contraction,
+    /// As one [`Chain`], run fused by row panels of `y` on host tensors.
+    pub(crate) heff: Chain,
+    /// `heff` with the last step for a pair split as [`Dmrg::pair`](super::Dmrg::pair)
+    /// returns it, `(y, u | v, z)`.
+    pub(crate) heff_pair: Chain,
     /// The pair's MPO tensors as one operator, `W(a, s, t | u, v, c)`.
     pub(crate) mpo_pair: Contraction,
     /// `L'(r, b, z) = L(k, a, y) A(k, s, r) W(a, s, u, b) conj(A)(y, u, z)`.
@@ -79,13 +80,15 @@ pub(crate) struct Contractions {
 
 impl Contractions {
     pub(crate) fn new() -> Result<Self> {
+        let first = Contraction::new("yak,kstr->ya|str")?;
+        let second = Contraction::new("yastr,astuvc->yuv|rc")?;
         Ok(Self {
-            heff: [
-                Contraction::new("yak,kstr->ya|str")?,
-                Contraction::new("yastr,astuvc->yuv|rc")?,
+            heff: Chain::new([
+                first.clone(),
+                second.clone(),
                 Contraction::new("yuvrc,rcz->yuv|z")?,
-            ],
-            heff_pair: Contraction::new("yuvrc,rcz->yu|vz")?,
+            ]),
+            heff_pair: Chain::new([first, second, Contraction::new("yuvrc,rcz->yu|vz")?]),
             mpo_pair: Contraction::new("asub,btvc->ast|uvc")?,
             left: [
                 Contraction::new("kay,ksr->yasr")?,
@@ -169,9 +172,8 @@ impl<'a, S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'a, S, P> {
     ///
     /// [`Dmrg::pair`]: super::Dmrg::pair
     pub fn apply(&self, theta: &Tensor<S, P>) -> Result<Tensor<S, P>> {
-        let [first, second, last] = &self.c.heff;
-        let last = match theta.structure().n_codomain() {
-            3 => last,
+        let chain = match theta.structure().n_codomain() {
+            3 => &self.c.heff,
             2 => &self.c.heff_pair,
             n => {
                 return Err(Error::Dmrg {
@@ -181,8 +183,6 @@ impl<'a, S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'a, S, P> {
                 });
             }
         };
-        let t = first.apply(&self.left, theta)?;
-        let t = second.apply(&t, &self.w)?;
-        Ok(last.apply(&t, &*self.right)?)
+        Ok(chain.apply(&self.left, theta, &self.w, &*self.right)?)
     }
 }

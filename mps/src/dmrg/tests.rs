@@ -469,7 +469,7 @@ fn the_effective_hamiltonian_keeps_its_operands_in_the_layouts_it_reads() {
         let mut x: Option<Tensor<U1>> = None;
         let mut passes = Vec::new();
         let mut strategies = Vec::new();
-        for (step, operand) in c.heff.iter().zip(operands) {
+        for (step, operand) in c.heff.steps().iter().zip(operands) {
             let step = step.clone().with_cache(Arc::clone(&cache));
             let (a, b) = match &x {
                 None => (operand, &lanczos_form),
