@@ -144,25 +144,25 @@ impl Chain {
     }
 
     /// Runs each panel in chunks of `rows` rows of the first leg (the last one shorter)
-    /// instead of equal chunks of about 4 MiB of scratch (at least 64 rows): for tuning, and
-    /// for tests that want many chunks. At least 1.
+    /// instead of chunks of a multiple of 48 rows (at least 96) with about 4 MiB of
+    /// scratch: for tuning, and for tests that want many chunks. At least 1.
     pub fn with_chunk_rows(mut self, rows: usize) -> Self {
         self.chunk_rows = Some(rows.max(1));
         self.panels = Mutex::new(Vec::new());
         self
     }
 
-    /// `panel` with its rows per chunk set: as the chain was told, or so that a chunk's
-    /// scratch holds about [`CHUNK_ELEMS`] elements, in equal chunks of at least
-    /// [`MIN_CHUNK_ROWS`] rows.
+    /// `panel` with its rows per chunk set: as the chain was told, or a multiple of
+    /// [`CHUNK_ROWS_STEP`] rows (the last chunk shorter) whose scratch holds at most about
+    /// [`CHUNK_ELEMS`] elements, and at least [`MIN_CHUNK_ROWS`].
     fn chunked(&self, mut panel: Panel) -> Panel {
         let dy = panel.dy.max(1);
         panel.chunk = match self.chunk_rows {
             Some(rows) => rows.min(dy),
             None => {
                 let per_row = (panel.t_len + panel.u_len).max(1);
-                let rows = (CHUNK_ELEMS / per_row).max(MIN_CHUNK_ROWS).min(dy);
-                dy.div_ceil(dy.div_ceil(rows))
+                let rows = CHUNK_ELEMS / per_row / CHUNK_ROWS_STEP * CHUNK_ROWS_STEP;
+                rows.max(MIN_CHUNK_ROWS).min(dy)
             }
         };
         panel
@@ -337,14 +337,19 @@ struct Panel {
 }
 
 /// The scratch of one chunk, both intermediates: about 4 MiB of `f64`. At DMRG bond
-/// dimension 512 the two largest panels then run in two chunks, 3-5% faster than in one
-/// (bench `contract/heff/chi512`, chain against chain, alternating); at 1024 chunks gain
-/// nothing, and chunks of 48 rows lost 11%.
+/// dimension 512 the two largest panels (145 rows) then run in chunks of 96 and 49 rows,
+/// 4-5% faster than in one (bench `contract/heff/chi512`, chain against chain, alternating);
+/// at 1024 chunks gain nothing.
 const CHUNK_ELEMS: usize = 1 << 19;
 
-/// The least rows a chunk has (unless the panel has fewer): GEMMs on fewer rows than a few
-/// of the kernel's register blocks (48 rows of `f64` on AVX-512) lose speed.
-const MIN_CHUNK_ROWS: usize = 64;
+/// Chunks are a multiple of this many rows: the GEMM kernels' register blocks are 48 rows of
+/// `f64` on AVX-512 (and divide 48 on AVX2), and a chunk that ends inside one runs a masked
+/// remainder on every column.
+const CHUNK_ROWS_STEP: usize = 48;
+
+/// The least rows of a chunk (unless the panel has fewer): GEMMs on one register block of
+/// rows lose speed (chunks of 48 rows were 11% slower at bond dimension 1024, of 96 even).
+const MIN_CHUNK_ROWS: usize = 2 * CHUNK_ROWS_STEP;
 
 /// The least elements of the first intermediate for which the chain runs fused: below it
 /// (DMRG bonds under about 128) the panels' many small GEMMs and kernel calls cost more

@@ -284,3 +284,23 @@ fn a_chain_whose_middle_operand_is_not_small_runs_in_turn() {
         .unwrap();
     assert_eq!(got, in_turn(&x).to_dense().unwrap());
 }
+
+/// Small enough for Miri (CI runs it there: the panels' scratch views are made by hand).
+#[test]
+fn a_tiny_fused_chain_matches_the_steps_in_turn() {
+    let leg = |charges: &[(i32, usize)]| {
+        Leg::new(Direction::In, charges.iter().map(|&(q, d)| (U1(q), d))).unwrap()
+    };
+    let v = leg(&[(-1, 2), (0, 3), (1, 2)]);
+    let p = leg(&[(-1, 1), (1, 1)]);
+    let m = leg(&[(-2, 1), (0, 1), (2, 1)]);
+    let x = operands([&v, &v, &p, &m, &m], 3, U1(0), None, 2);
+    for rows in [1, 2] {
+        let chain = Chain::new(steps()).with_fused_min(0).with_chunk_rows(rows);
+        let structures = [&x.l, &x.theta, &x.w, &x.r].map(|a| a.structure());
+        assert!(chain.fuses::<f64, U1>(structures).unwrap());
+        let got = chain.apply(&x.l, &x.theta, &x.w, &x.r).unwrap();
+        let (got, want) = (got.to_dense().unwrap(), in_turn(&x).to_dense().unwrap());
+        assert_close_in_norm(&got, &want, 1e-13, format!("chunks of {rows}"));
+    }
+}
