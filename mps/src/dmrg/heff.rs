@@ -128,7 +128,9 @@ pub(crate) fn sweep_order<S: AbelianSector, P: Placement<f64>>(
 /// [`lanczos`] runs in) is a GEMM `L theta` into `(y, a | s, t, r)`, the operator applied
 /// to that in one pass ([`Strategy::SmallOperand`]: its blocks have at most a few dozen
 /// elements, so the pass reads the GEMM's product in place and writes `(y, u, v | r, c)`
-/// directly), and a GEMM with `R` into `theta`'s form. One pass over memory besides them:
+/// directly), and a GEMM with `R` into `theta`'s form; from
+/// [`FUSE_MIN_ELEMS`](tessera_contract::FUSE_MIN_ELEMS) elements of `L theta` on, the three
+/// run as one [`Chain`], a task per sector of `y` doing all three on its rows. One pass over memory besides them:
 /// `theta` re-split to `(k | s, t, r)`. Before, the MPO tensors were applied one at a time
 /// and nothing was held in place: four steps and nine passes.
 ///
