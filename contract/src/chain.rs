@@ -276,15 +276,17 @@ impl Place {
     }
 }
 
-/// One GEMM of the first step for a chunk of `n` rows from `y0`: rows `row + y0 ..` (`n` of
-/// them) of `A`'s sector `a` times `B'`'s sector `b`, into the chunk's scratch at `offset *
-/// n`, leading dimension `ld * n`. (One per row tuple of the product and index of its other
-/// row legs.)
+/// The GEMMs of the first step for one row tuple of the product, `f` rows per row of the
+/// first leg (the extent of its other row legs), for a chunk of `n` rows from `y0`: for each
+/// `j < f`, rows `row + j dy + y0 ..` (`n` of them) of `A`'s sector `a` times `B'`'s sector
+/// `b`, into the chunk's scratch at `(offset + j) n`, leading dimension `ld n`. When the
+/// chunk is the whole panel those rows follow each other in both, and one GEMM does all.
 #[derive(Clone, Debug)]
 struct First {
     a: usize,
     b: usize,
     row: usize,
+    f: usize,
     offset: usize,
     ld: usize,
 }
@@ -297,19 +299,20 @@ struct Call {
     pairs: Vec<(usize, usize)>,
 }
 
-/// One GEMM of the last step for a chunk of `n` rows from `y0`: the chunk's scratch rows at
-/// `offset * n` (`n` of them, leading dimension `ld * n`, `k` columns) times columns `cols`
-/// of `D'`'s sector `d`, into rows `row + y0 ..` of the result's block `out` (a local index
-/// into the panel's written blocks).
+/// The GEMMs of the last step for one block of the result, `f` rows per row of the first
+/// leg, for a chunk of `n` rows from `y0`: for each `j < f`, the chunk's scratch rows at
+/// `(offset + j) n` (`n` of them, leading dimension `ld n`, `k` columns) times columns
+/// `cols` of `D'`'s sector `d`, into rows `j dy + y0 ..` of the result's block `out` (a
+/// local index into the panel's written blocks); one GEMM when the chunk is the panel.
 #[derive(Clone, Debug)]
 struct Last {
     offset: usize,
+    f: usize,
     ld: usize,
     k: usize,
     d: usize,
     cols: Range<usize>,
     out: usize,
-    row: usize,
 }
 
 /// One task's work: the result's blocks on one segment of the first leg, in chunks of rows.
@@ -572,15 +575,14 @@ impl<S: AbelianSector> PanelPlan<S> {
             t_written[c] = true;
             for (i, &(start, row)) in local.iter().enumerate() {
                 let next = local.get(i + 1).map_or(*ld, |&(_, r)| r);
-                for j in 0..next - row {
-                    panel.first.push(First {
-                        a,
-                        b,
-                        row: start + j * dy,
-                        offset: base + row + j,
-                        ld: *ld,
-                    });
-                }
+                panel.first.push(First {
+                    a,
+                    b,
+                    row: start,
+                    f: next - row,
+                    offset: base + row,
+                    ld: *ld,
+                });
             }
         }
         for (c, rows) in t_rows.sectors.iter().enumerate() {
@@ -636,17 +638,15 @@ impl<S: AbelianSector> PanelPlan<S> {
                 .filter(|blk| blk.segments()[0] == p)
             {
                 let row = u_rows.local(a, blk.rows().start)?;
-                for j in 0..blk.rows().len() / dy {
-                    panel.last.push(Last {
-                        offset: base + row + j,
-                        ld,
-                        k,
-                        d: b,
-                        cols: blk.cols(),
-                        out: panel.out.len(),
-                        row: j * dy,
-                    });
-                }
+                panel.last.push(Last {
+                    offset: base + row,
+                    f: blk.rows().len() / dy,
+                    ld,
+                    k,
+                    d: b,
+                    cols: blk.cols(),
+                    out: panel.out.len(),
+                });
                 panel.out.push(blk.id());
             }
         }
@@ -654,9 +654,9 @@ impl<S: AbelianSector> PanelPlan<S> {
         let first: usize = panel
             .first
             .iter()
-            .map(|g| am.sectors()[g.a].cols() * bm.sectors()[g.b].cols())
+            .map(|g| g.f * am.sectors()[g.a].cols() * bm.sectors()[g.b].cols())
             .sum();
-        let last: usize = panel.last.iter().map(|g| g.k * g.cols.len()).sum();
+        let last: usize = panel.last.iter().map(|g| g.f * g.k * g.cols.len()).sum();
         panel.flops = 2 * (dy * (first + last)) as u64;
         Some(panel)
     }
@@ -736,11 +736,15 @@ fn run_panel<T: Field, S: AbelianSector>(
             for z in &panel.t_zero {
                 ts[z.start * n..z.end * n].fill(T::ZERO);
             }
+            // (`gemms` splits each tuple's rows `(j, y)`, `j < f`, into the GEMMs whose
+            // rows are consecutive in `A` as in the scratch: one when `n = dy`.)
             for g in &panel.first {
-                let lhs = a.get(g.a).subrows(g.row + y0, n);
                 let rhs = b.get(g.b);
-                let out = scratch_mut(ts, g.offset * n, n, rhs.ncols(), g.ld * n)?;
-                gemm_with(Par::Seq, out, T::ZERO, lhs, false, rhs, false, T::ONE)?;
+                for (j, rows) in gemms(g.f, n, panel.dy) {
+                    let lhs = a.get(g.a).subrows(g.row + j * panel.dy + y0, rows);
+                    let out = scratch_mut(ts, (g.offset + j) * n, rows, rhs.ncols(), g.ld * n)?;
+                    gemm_with(Par::Seq, out, T::ZERO, lhs, false, rhs, false, T::ONE)?;
+                }
             }
         }
         // Middle step: U's blocks of the chunk from T's by the small kernel.
@@ -801,25 +805,35 @@ fn run_panel<T: Field, S: AbelianSector>(
         // Last step: the chunk's rows of the result's blocks.
         let us = u.as_mut_slice();
         for g in &panel.last {
-            let lhs = scratch_mut(us, g.offset * n, n, g.k, g.ld * n)?;
             let rhs = d.get(g.d).subcols(g.cols.start, g.cols.len());
-            let out = matrix_mut(&mut outs[g.out], n_rows)
-                .ok_or("a result block is a strided matrix")?
-                .subrows_mut(g.row + y0, n);
-            gemm_with(
-                Par::Seq,
-                out,
-                T::ZERO,
-                lhs.as_ref(),
-                false,
-                rhs,
-                false,
-                T::ONE,
-            )?;
+            for (j, rows) in gemms(g.f, n, panel.dy) {
+                let lhs = scratch_mut(us, (g.offset + j) * n, rows, g.k, g.ld * n)?;
+                let out = matrix_mut(&mut outs[g.out], n_rows)
+                    .ok_or("a result block is a strided matrix")?
+                    .subrows_mut(j * panel.dy + y0, rows);
+                gemm_with(
+                    Par::Seq,
+                    out,
+                    T::ZERO,
+                    lhs.as_ref(),
+                    false,
+                    rhs,
+                    false,
+                    T::ONE,
+                )?;
+            }
         }
         y0 += n;
     }
     Ok(())
+}
+
+/// The GEMMs of `f` row indices `j` of a tuple for a chunk of `n` of a panel's `dy` rows,
+/// as `(first j, rows)`: one of `f n` rows when the chunk is the panel (rows `(j, y)` then
+/// follow each other in `A`, the scratch and the result alike), else `f` of `n` rows.
+fn gemms(f: usize, n: usize, dy: usize) -> impl Iterator<Item = (usize, usize)> {
+    let whole = n == dy;
+    (0..if whole { 1 } else { f }).map(move |j| (j, if whole { f * n } else { n }))
 }
 
 /// The `rows x cols` column-major matrix at `offset` of `scratch` (leading dimension
