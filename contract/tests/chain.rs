@@ -4,7 +4,6 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::sync::Arc;
 use tessera_blocks::testing::random_mask;
 use tessera_blocks::{
     AbelianSector, AsyncArray, BlockStructure, Direction, FermionParity, Leg, U1,
@@ -231,15 +230,16 @@ fn a_graded_chain_runs_in_turn_with_the_fermionic_signs() {
     };
     let (vl, vr, p, m) = (leg([3, 2]), leg([2, 3]), leg([1, 1]), leg([2, 1]));
     let x = operands([&vl, &vr, &p, &m, &m], 3, FermionParity::ODD, None, 3);
+    runs_in_turn(&x);
+}
+
+/// That the chain (told to fuse from any size) runs `x` in turn, with the steps' result.
+fn runs_in_turn<S: AbelianSector>(x: &Operands<S>) {
     let chain = Chain::new(steps()).with_fused_min(0);
     let structures = [&x.l, &x.theta, &x.w, &x.r].map(|a| a.structure());
-    assert!(!chain.fuses::<f64, FermionParity>(structures).unwrap());
-    let got = chain
-        .apply(&x.l, &x.theta, &x.w, &x.r)
-        .unwrap()
-        .to_dense()
-        .unwrap();
-    assert_eq!(got, in_turn(&x).to_dense().unwrap());
+    assert!(!chain.fuses::<f64, S>(structures).unwrap());
+    let got = chain.apply(&x.l, &x.theta, &x.w, &x.r).unwrap();
+    assert_eq!(got.to_dense().unwrap(), in_turn(x).to_dense().unwrap());
 }
 
 #[test]
@@ -259,7 +259,6 @@ fn a_chain_on_operands_that_do_not_fit_refuses_them_and_writes_nothing() {
     );
     let after = [&x.l, &x.theta, &x.w, &x.r].map(|a| a.to_dense().unwrap());
     assert_eq!(before, after);
-    let _ = Arc::clone(x.l.structure());
 }
 
 #[test]
@@ -274,15 +273,7 @@ fn a_chain_whose_middle_operand_is_not_small_runs_in_turn() {
             .blocks()
             .any(|b| b.len() > SMALL_COEFFICIENTS)
     );
-    let chain = Chain::new(steps()).with_fused_min(0);
-    let structures = [&x.l, &x.theta, &x.w, &x.r].map(|a| a.structure());
-    assert!(!chain.fuses::<f64, U1>(structures).unwrap());
-    let got = chain
-        .apply(&x.l, &x.theta, &x.w, &x.r)
-        .unwrap()
-        .to_dense()
-        .unwrap();
-    assert_eq!(got, in_turn(&x).to_dense().unwrap());
+    runs_in_turn(&x);
 }
 
 /// Small enough for Miri (CI runs it there: the panels' scratch views are made by hand).
