@@ -18,10 +18,12 @@
 //!   them fused only where the plans allow it (see [`PanelPlan::build`]: an abelian,
 //!   ungraded symmetry, no conjugation, sector GEMMs for the first and last steps with
 //!   neither `A`, the intermediates nor the result permuted, a small-operand pass for the
-//!   middle one along the first leg); otherwise in turn, as [`Contraction::apply`] does.
+//!   middle one along the first leg, and at least [`FUSE_MIN_ELEMS`] elements of `A B`);
+//!   otherwise in turn, as [`Contraction::apply`] does.
 //! - Fused, each task owns one panel: it reads `A`, `B'` (the matrix form of `B`), `C` and
 //!   `D'`, and overwrites exactly the result's blocks on its segment that a GEMM writes,
-//!   each by one GEMM; the result's blocks no pair writes are zeroed by a task of their own.
+//!   every row of them once; the result's blocks no pair writes are zeroed by a task of
+//!   their own.
 //!   Its scratch is its own (taken from the buffer pool and given back when it ends).
 //! - Every scratch element a later step reads was written first in the same task: a GEMM's
 //!   whole output, the small pass's output blocks, or zero where no pair writes a block.
@@ -567,8 +569,8 @@ impl<S: AbelianSector> PanelPlan<S> {
             u_len: u_rows.len,
             ..Panel::default()
         };
-        // First step: per row tuple of each product sector on the panel, one GEMM per index
-        // of its other row legs (rows `y + dy * j` of the tuple).
+        // First step: the GEMMs of each row tuple of each product sector on the panel (its
+        // rows `y + dy * j` for the `f` indices `j` of its other row legs).
         let mut t_written = vec![false; ts.sectors().len()];
         for &SectorGemm { a, b, c } in &p1.sector_gemms {
             let SectorRows { base, ld, local } = &t_rows.sectors[c];
@@ -627,8 +629,7 @@ impl<S: AbelianSector> PanelPlan<S> {
             }
             call.outputs.push((local, start..call.pairs.len()));
         }
-        // Last step: per block of the result on the panel, one GEMM per index of its other
-        // row legs.
+        // Last step: the GEMMs of each block of the result on the panel (rows as above).
         for &SectorGemm { a, b, c } in &p3.sector_gemms {
             let SectorRows { base, ld, .. } = u_rows.sectors[a];
             let k = us.sectors()[a].cols();
