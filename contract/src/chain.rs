@@ -38,7 +38,7 @@ use faer::{MatMut, Par};
 use smallvec::SmallVec;
 use std::any::{Any, TypeId};
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tessera_backends::Field;
 use tessera_backends::cpu::{
     SmallOutput, SmallPair, Stores, contract_small, gemm_with, matrix_mut,
@@ -46,7 +46,10 @@ use tessera_backends::cpu::{
 use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure};
 use tessera_coalesce::Matrices;
 use tessera_coalesce::{Coalesce, SectorBatches};
-use tessera_core::{KernelError, SharedBuffer, StridedMut, StridedRef, schedule_named};
+use tessera_core::{KernelError, LruCache, SharedBuffer, StridedMut, StridedRef, schedule_named};
+
+/// A kept panel plan, typed by the key it is kept under.
+type Kept = Arc<dyn Any + Send + Sync>;
 
 /// How many panel plans a [`Chain`] keeps (the most recently used).
 const KEPT_PLANS: usize = 8;
@@ -90,27 +93,14 @@ pub struct Chain {
     /// Plans the middle step with the small-operand pass at any size (the pass runs on one
     /// panel's rows, in cache, where a GEMM would need two permutations).
     small_cache: Arc<PlanCache>,
-    /// Panel plans by the operands' types and structures, most recent first.
-    panels: Mutex<Vec<Kept>>,
+    /// Panel plans (`None`: the chain runs in turn for those structures) by the operands'
+    /// types and structures' fingerprints.
+    panels: LruCache<(TypeId, [u64; 4]), Option<Kept>>,
     /// Rows per chunk when set (see [`Chain::with_chunk_rows`]).
     chunk_rows: Option<usize>,
     /// The least elements of the first intermediate it fuses (see
     /// [`Chain::with_fused_min`]).
     fused_min: usize,
-}
-
-/// A kept panel plan (`None`: the chain runs in turn for these structures).
-struct Kept {
-    key: (TypeId, [u64; 4]),
-    plan: Option<Arc<dyn Any + Send + Sync>>,
-}
-
-impl std::fmt::Debug for Kept {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Kept")
-            .field("fused", &self.plan.is_some())
-            .finish()
-    }
 }
 
 impl Clone for Chain {
@@ -130,7 +120,7 @@ impl Chain {
         Self {
             steps,
             small_cache: Arc::new(PlanCache::new().with_small_operand_min(0)),
-            panels: Mutex::new(Vec::new()),
+            panels: LruCache::new(KEPT_PLANS),
             chunk_rows: None,
             fused_min: FUSE_MIN_ELEMS,
         }
@@ -141,7 +131,7 @@ impl Chain {
     /// for small examples and tests that want the fused path.
     pub fn with_fused_min(mut self, elems: usize) -> Self {
         self.fused_min = elems;
-        self.panels = Mutex::new(Vec::new());
+        self.panels.clear();
         self
     }
 
@@ -150,7 +140,7 @@ impl Chain {
     /// scratch: for tuning, and for tests that want many chunks. At least 1.
     pub fn with_chunk_rows(mut self, rows: usize) -> Self {
         self.chunk_rows = Some(rows.max(1));
-        self.panels = Mutex::new(Vec::new());
+        self.panels.clear();
         self
     }
 
@@ -210,39 +200,17 @@ impl Chain {
         &self,
         s: [&Arc<BlockStructure<S>>; 4],
     ) -> Result<Option<Arc<PanelPlan<S>>>, Error> {
-        let key = (
-            TypeId::of::<(T, S)>(),
-            [0, 1, 2, 3].map(|i| s[i].fingerprint()),
-        );
-        let found = {
-            let mut kept = self.panels.lock().unwrap_or_else(|e| e.into_inner());
-            kept.iter().position(|k| k.key == key).map(|i| {
-                let k = kept.remove(i);
-                let plan = k.plan.clone();
-                kept.insert(0, k);
-                plan
-            })
+        let key = (TypeId::of::<(T, S)>(), s.map(|x| x.fingerprint()));
+        // A fingerprint collision is not the same structures: it plans again.
+        let fits = |kept: &Option<Kept>| {
+            kept.as_ref()
+                .is_none_or(|p| p.downcast_ref::<PanelPlan<S>>().is_some_and(|p| p.fits(s)))
         };
-        if let Some(plan) = found {
-            let plan = plan.map(|p| p.downcast::<PanelPlan<S>>().expect("keyed by type"));
-            // A fingerprint collision is not the same structures: plan again.
-            match &plan {
-                Some(p) if !p.fits(s) => {}
-                None => return Ok(None),
-                Some(_) => return Ok(plan),
-            }
+        if let Some(kept) = self.panels.get_if(&key, fits) {
+            return Ok(kept.map(|p| p.downcast::<PanelPlan<S>>().expect("keyed by type")));
         }
         let plan = PanelPlan::build::<T>(self, s)?.map(Arc::new);
-        let mut kept = self.panels.lock().unwrap_or_else(|e| e.into_inner());
-        kept.retain(|k| k.key != key);
-        kept.insert(
-            0,
-            Kept {
-                key,
-                plan: plan.clone().map(|p| p as Arc<dyn Any + Send + Sync>),
-            },
-        );
-        kept.truncate(KEPT_PLANS);
+        self.panels.insert(key, plan.clone().map(|p| p as Kept));
         Ok(plan)
     }
 }
@@ -341,10 +309,10 @@ struct Panel {
     flops: u64,
 }
 
-/// The scratch of one chunk, both intermediates: about 4 MiB of `f64`. At DMRG bond
-/// dimension 512 the two largest panels (145 rows) then run in chunks of 96 and 49 rows,
-/// 4-5% faster than in one (bench `contract/heff/chi512`, chain against chain, alternating);
-/// at 1024 chunks gain nothing.
+/// The scratch of one chunk, both intermediates: about 4 MiB of `f64`, which bounds a
+/// task's scratch. At DMRG bond dimension 512 the two largest panels (145 rows) then run in
+/// chunks of 96 and 49 rows; chain against chain (bench `contract/heff`, alternating) that
+/// measured 0.94-1.03 of one chunk at chi 512 and 0.97-1.06 at 1024: within the noise.
 const CHUNK_ELEMS: usize = 1 << 19;
 
 /// Chunks are a multiple of this many rows: the GEMM kernels' register blocks are 48 rows of
