@@ -337,8 +337,6 @@ struct PanelPlan<S: AbelianSector> {
     /// Every sector of `A`, of `B'` and of `D'`, one batch each (sector `i` is matrix `i`).
     batches: [SectorBatches<S>; 3],
     panels: Vec<Panel>,
-    /// The block count of the small operand `C` (all read by every panel).
-    c_blocks: usize,
 }
 
 /// The rows of one intermediate on a panel, sector by sector, per row of the first leg.
@@ -417,7 +415,7 @@ impl<S: AbelianSector> PanelPlan<S> {
     /// conjugates, the first or last step is not all sector GEMMs with `A` (resp. the middle
     /// result), the intermediates and the result unpermuted, the middle step has no
     /// small-operand pass on its first operand along its first leg, `A`'s first leg is
-    /// contracted, or a sector is packed.
+    /// contracted, a sector is packed, or `A B` has fewer elements than the chain fuses.
     fn build<T: Field>(
         chain: &Chain,
         [sa, sb, sc, sd]: [&Arc<BlockStructure<S>>; 4],
@@ -508,14 +506,14 @@ impl<S: AbelianSector> PanelPlan<S> {
                 None => return Ok(None),
             }
         }
-        // Largest first: the runtime starts tasks in the order they are enrolled, and the
-        // panels' costs differ by orders of magnitude (the middle sectors are the largest).
+        // Largest first: the runtime mostly starts tasks that are ready together in the order
+        // they were enrolled (a hint, not a guarantee), and the panels' costs differ by orders
+        // of magnitude (the middle sectors are the largest).
         panels.sort_by_key(|q| std::cmp::Reverse(q.flops));
         Ok(Some(Self {
             plans: [p1, p2, p3],
             batches,
             panels,
-            c_blocks: sc.num_blocks(),
         }))
     }
 
@@ -653,7 +651,8 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
     let d_tmp = matrix_form(p3, 1, d)?;
     let dm = d_tmp.as_ref().unwrap_or(d);
     let result = AsyncArray::try_empty(Arc::clone(p3.output()))?;
-    let c_ids: Vec<usize> = (0..plan.c_blocks).collect();
+    // Every block of the small operand (all read by every panel).
+    let c_ids: Vec<usize> = (0..c.structure().num_blocks()).collect();
     let [ba, bb, bd] = &plan.batches;
     for i in 0..plan.panels.len() {
         let access = (
