@@ -485,8 +485,10 @@ fn arranged(
 
 /// H_eff as the DMRG engine applies it (`mps/src/dmrg/heff.rs`): `L(y, a | k)`, the pair's
 /// MPO tensors contracted into `W(a, s, t | u, v, c)` and `R(r, c | z)` prepared once (as
-/// the engine does once per step), then three steps on `theta(k, s, t | r)`, each writing
-/// the next one's matrix form. Returns the prepared operands and the steps.
+/// the engine does once per step), then three steps on `theta(k | s, t, r)` (the engine's
+/// Lanczos form), each writing the next one's matrix form, the last `theta`'s form (a
+/// re-split of its product in turn; written directly by the fused chain). Returns the
+/// prepared operands and the steps.
 fn heff_in_layouts(tensors: &[(String, Tensor)]) -> ([AsyncArray<f64, U1>; 4], [Contraction; 3]) {
     let left = arranged(tensors, "LP", &["vR*", "wR", "vR"], 2);
     let w0 = arranged(tensors, "W0", &["wL", "p0*", "p0", "wR"], 2);
@@ -496,11 +498,11 @@ fn heff_in_layouts(tensors: &[(String, Tensor)]) -> ([AsyncArray<f64, U1>; 4], [
         .apply(&w0, &w1)
         .unwrap();
     let right = arranged(tensors, "RP", &["vL", "wL", "vL*"], 2);
-    let theta = arranged(tensors, "theta", &["vL", "p0", "p1", "vR"], 3);
+    let theta = arranged(tensors, "theta", &["vL", "p0", "p1", "vR"], 1);
     let steps = [
         Contraction::new("yak,kstr->ya|str").unwrap(),
         Contraction::new("yastr,astuvc->yuv|rc").unwrap(),
-        Contraction::new("yuvrc,rcz->yuv|z").unwrap(),
+        Contraction::new("yuvrc,rcz->y|uvz").unwrap(),
     ];
     ([left, w, right, theta], steps)
 }

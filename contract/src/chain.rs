@@ -17,9 +17,11 @@
 //! - The result is the one the three [`Contraction`]s give applied in turn. The chain runs
 //!   them fused only where the plans allow it (see [`PanelPlan::build`]: an abelian,
 //!   ungraded symmetry, no conjugation, sector GEMMs for the first and last steps with
-//!   neither `A`, the intermediates nor the result permuted, a small-operand pass for the
-//!   middle one along the first leg, and at least [`FUSE_MIN_ELEMS`] elements of `A B`);
-//!   otherwise in turn, as [`Contraction::apply`] does.
+//!   neither `A` nor the intermediates permuted and the result at most re-split (its legs in
+//!   the product's order, split elsewhere, each block's rows still one matrix's), a
+//!   small-operand pass for the middle one along the first leg, and at least
+//!   [`FUSE_MIN_ELEMS`] elements of `A B`); otherwise in turn, as [`Contraction::apply`]
+//!   does.
 //! - Fused, each task owns one panel: it reads `A`, `B'` (the matrix form of `B`), `C` and
 //!   `D'`, and overwrites exactly the result's blocks on its segment that a GEMM writes,
 //!   every row of them once; the result's blocks no pair writes are zeroed by a task of
@@ -43,7 +45,7 @@ use tessera_backends::Field;
 use tessera_backends::cpu::{
     SmallOutput, SmallPair, Stores, contract_small, gemm_with, matrix_mut,
 };
-use tessera_blocks::{AbelianSector, AsyncArray, BlockStructure};
+use tessera_blocks::{AbelianSector, AsyncArray, Block, BlockStructure};
 use tessera_coalesce::Matrices;
 use tessera_coalesce::{Coalesce, SectorBatches};
 use tessera_core::{KernelError, LruCache, SharedBuffer, StridedMut, StridedRef, schedule_named};
@@ -337,6 +339,8 @@ struct PanelPlan<S: AbelianSector> {
     /// Every sector of `A`, of `B'` and of `D'`, one batch each (sector `i` is matrix `i`).
     batches: [SectorBatches<S>; 3],
     panels: Vec<Panel>,
+    /// The result's blocks no pair writes (the last plan's idle product blocks).
+    idle: Vec<usize>,
 }
 
 /// The rows of one intermediate on a panel, sector by sector, per row of the first leg.
@@ -413,7 +417,9 @@ impl<S: AbelianSector> PanelPlan<S> {
     /// The fused plan, or `None` where the chain must run in turn: the symmetry is graded
     /// (fermionic signs of permutations and pairings, which the in-turn plans carry), a step
     /// conjugates, the first or last step is not all sector GEMMs with `A` (resp. the middle
-    /// result), the intermediates and the result unpermuted, the middle step has no
+    /// result) and the intermediates unpermuted, the result is permuted other than by a
+    /// re-split whose blocks' rows fold as the product's (see [`rows_fold`]), the middle
+    /// step has no
     /// small-operand pass on its first operand along its first leg, `A`'s first leg is
     /// contracted, a sector is packed, or `A B` has fewer elements than the chain fuses.
     fn build<T: Field>(
@@ -424,11 +430,14 @@ impl<S: AbelianSector> PanelPlan<S> {
         if S::GRADED || [first, second, last].iter().any(|s| s.conj() != [false; 2]) {
             return Ok(None);
         }
-        let gemms_only = |p: &Plan<S>| {
+        // (`resplit`: the output may be the product re-split, its legs in the same order.)
+        let gemms_only = |p: &Plan<S>, resplit: bool| {
             p.small.is_none()
                 && p.groups.is_empty()
                 && p.operands[0].permute.is_none()
-                && p.output_permute.is_none()
+                && p.output_permute.as_ref().is_none_or(|(perm, _)| {
+                    resplit && perm.iter().enumerate().all(|(i, &j)| i == j)
+                })
         };
         let leading_free = |c: &Contraction| {
             let spec = c.spec();
@@ -440,7 +449,7 @@ impl<S: AbelianSector> PanelPlan<S> {
             return Ok(None);
         }
         let p1 = first.plan_structures::<T, S>(sa, sb)?;
-        if !gemms_only(&p1) {
+        if !gemms_only(&p1, false) {
             return Ok(None);
         }
         if p1.output().total_len() < chain.fused_min {
@@ -457,7 +466,7 @@ impl<S: AbelianSector> PanelPlan<S> {
             return Ok(None);
         }
         let p3 = last.plan_structures::<T, S>(p2.output(), sd)?;
-        if !gemms_only(&p3) {
+        if !gemms_only(&p3, true) {
             return Ok(None);
         }
         let all = |s: &Arc<BlockStructure<S>>| {
@@ -473,6 +482,16 @@ impl<S: AbelianSector> PanelPlan<S> {
             _ => return Ok(None),
         };
         let (ts, us, out) = (p1.output(), p2.output(), p3.output());
+        // The last GEMMs write the result's blocks directly, re-split or not.
+        let target = p3.target();
+        let Some(idle) = p3
+            .idle
+            .iter()
+            .map(|&i| target.block(i).and_then(|b| out.block_id(b.segments())))
+            .collect::<Option<Vec<usize>>>()
+        else {
+            return Ok(None);
+        };
         // Dense sectors with the first leg a row leg (the fastest of the rows) everywhere.
         let rows_first =
             |s: &BlockStructure<S>| s.n_codomain() >= 1 && s.sectors().iter().all(|c| c.is_dense());
@@ -514,6 +533,7 @@ impl<S: AbelianSector> PanelPlan<S> {
             plans: [p1, p2, p3],
             batches,
             panels,
+            idle,
         }))
     }
 
@@ -595,16 +615,23 @@ impl<S: AbelianSector> PanelPlan<S> {
             }
             call.outputs.push((local, start..call.pairs.len()));
         }
-        // Last step: the GEMMs of each block of the result on the panel (rows as above).
+        // Last step: the GEMMs of each block of the product on the panel (rows as above),
+        // each into the result's block of the same segments (the same block unless the
+        // result is re-split).
+        let target = p3.target();
         for &SectorGemm { a, b, c } in &p3.sector_gemms {
             let SectorRows { base, ld, .. } = u_rows.sectors[a];
             let k = us.sectors()[a].cols();
-            for blk in out.sectors()[c]
+            for blk in target.sectors()[c]
                 .blocks()
-                .filter_map(|id| out.block(id))
+                .filter_map(|id| target.block(id))
                 .filter(|blk| blk.segments()[0] == p)
             {
                 let row = u_rows.local(a, blk.rows().start)?;
+                let id = out.block_id(blk.segments())?;
+                if !rows_fold(&out.block(id)?, target.n_codomain()) {
+                    return None;
+                }
                 panel.last.push(Last {
                     offset: base + row,
                     f: blk.rows().len() / dy,
@@ -614,7 +641,7 @@ impl<S: AbelianSector> PanelPlan<S> {
                     cols: blk.cols(),
                     out: panel.out.len(),
                 });
-                panel.out.push(blk.id());
+                panel.out.push(id);
             }
         }
         let (am, bm) = (&p1.operands[0].matrix, &p1.operands[1].matrix);
@@ -672,7 +699,7 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
             },
         )?;
     }
-    settle_idle(&result, &p3.idle, true, T::ZERO)?;
+    settle_idle(&result, &plan.idle, true, T::ZERO)?;
     Ok(Some(result))
 }
 
@@ -692,7 +719,8 @@ fn run_panel<T: Field, S: AbelianSector>(
         .as_ref()
         .ok_or("a small-operand plan")?
         .legs;
-    let n_rows = plan.plans[2].output().n_codomain();
+    // The result's blocks as matrices of the product's rows (see `rows_fold`).
+    let n_rows = plan.plans[2].target().n_codomain();
     let mut t = SharedBuffer::<T>::try_recycled(panel.t_len * panel.chunk)?;
     let mut u = SharedBuffer::<T>::try_recycled(panel.u_len * panel.chunk)?;
     let mut y0 = 0;
@@ -794,6 +822,23 @@ fn run_panel<T: Field, S: AbelianSector>(
         y0 += n;
     }
     Ok(())
+}
+
+/// Whether block `b`'s first `k` axes fold into rows of stride 1 and the others into
+/// columns (as [`matrix_mut`] folds its view): a product block's always do; a re-split
+/// result's do when the legs it moved step as they did in the product, e.g. `(y | u, v, z)`
+/// from `(y, u, v | z)` where `y` has each sector once (then `u` steps by `y`'s extent),
+/// and any split where the moved legs have extent 1 (spin-1/2 sites).
+fn rows_fold<S: AbelianSector>(b: &Block<'_, S>, k: usize) -> bool {
+    let steps = |axes: Range<usize>, mut next: Option<usize>| {
+        axes.filter(|&i| b.shape()[i] > 1).all(|i| {
+            let (d, s) = (b.shape()[i], b.strides()[i]);
+            let ok = next.is_none_or(|n| n == s);
+            next = Some(s * d);
+            ok
+        })
+    };
+    k <= b.shape().len() && steps(0..k, Some(1)) && steps(k..b.shape().len(), None)
 }
 
 /// The GEMMs of `f` row indices `j` of a tuple for a chunk of `n` of a panel's `dy` rows,

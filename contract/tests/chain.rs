@@ -101,16 +101,28 @@ fn operands<S: AbelianSector>(
     }
 }
 
+/// The DMRG chain, its result split `(y, u, v | z)`.
 fn steps() -> [Contraction; 3] {
+    steps_into(3)
+}
+
+/// The DMRG chain with its result split after `split` legs: 3 as the product, 1 a re-split
+/// the fused chain writes directly, 2 one it cannot (then it runs in turn).
+fn steps_into(split: usize) -> [Contraction; 3] {
+    let out = ["y|uvz", "yu|vz", "yuv|z"][split - 1];
     [
         Contraction::new("yak,kstr->ya|str").unwrap(),
         Contraction::new("yastr,astuvc->yuv|rc").unwrap(),
-        Contraction::new("yuvrc,rcz->yuv|z").unwrap(),
+        Contraction::new(&format!("yuvrc,rcz->{out}")).unwrap(),
     ]
 }
 
 fn in_turn<S: AbelianSector>(x: &Operands<S>) -> AsyncArray<f64, S> {
-    let [first, second, last] = steps();
+    in_turn_by(x, steps())
+}
+
+fn in_turn_by<S: AbelianSector>(x: &Operands<S>, steps: [Contraction; 3]) -> AsyncArray<f64, S> {
+    let [first, second, last] = steps;
     let t = first.apply(&x.l, &x.theta).unwrap();
     let u = second.apply(&t, &x.w).unwrap();
     last.apply(&u, &x.r).unwrap()
@@ -136,8 +148,10 @@ fn dense_reference<S: AbelianSector>(x: &Operands<S>) -> Vec<f64> {
 
 #[test]
 fn fused_dmrg_chains_match_the_dense_reference_and_the_steps_in_turn() {
-    let chain = Chain::new(steps()).with_fused_min(0);
     for seed in 0..8_u64 {
+        // The result as the product, or re-split `(y | u, v, z)` (written directly).
+        let out_split = if seed % 4 < 2 { 3 } else { 1 };
+        let chain = Chain::new(steps_into(out_split)).with_fused_min(0);
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let vl = leg(&mut rng, Direction::In, &[-2, -1, 0, 1, 2], 3);
         let vr = leg(&mut rng, Direction::In, &[-2, -1, 0, 1, 2, 3], 3);
@@ -170,8 +184,9 @@ fn fused_dmrg_chains_match_the_dense_reference_and_the_steps_in_turn() {
         assert!(small, "seed {seed}: W's blocks are small operands");
         assert!(chain.fuses::<f64, U1>(structures).unwrap(), "seed {seed}");
         let got = chain.apply(&x.l, &x.theta, &x.w, &x.r).unwrap();
-        let want = in_turn(&x);
+        let want = in_turn_by(&x, steps_into(out_split));
         assert_eq!(got.structure(), want.structure(), "seed {seed}");
+        assert_eq!(got.structure().n_codomain(), out_split);
         let got = got.to_dense().unwrap();
         assert_close_in_norm(
             &got,
@@ -276,6 +291,53 @@ fn a_chain_whose_middle_operand_is_not_small_runs_in_turn() {
     runs_in_turn(&x);
 }
 
+#[test]
+fn a_re_split_result_is_fused_only_where_its_blocks_fold_as_the_products() {
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let v = leg(&mut rng, Direction::In, &[-2, -1, 0, 1, 2], 8);
+    // A `y` leg with a sector twice: a block of `(y | u, v, z)` then holds part of its
+    // sector matrix's rows, and its `u` steps by the sector's rows, not by `y`'s extent:
+    // the product's rows `(y, u, v)` do not fold there (nor in `(y, u | v, z)`, for any
+    // `y`) once `u` and `v` have segments of extent 2.
+    let tiled = Leg::tiled(
+        Direction::In,
+        [
+            (U1(-2), 3),
+            (U1(-1), 5),
+            (U1(0), 6),
+            (U1(1), 5),
+            (U1(0), 4),
+            (U1(2), 3),
+        ],
+    )
+    .unwrap();
+    let p = Leg::new(Direction::In, [(U1(-1), 1), (U1(0), 2), (U1(1), 1)]).unwrap();
+    let m = leg(&mut rng, Direction::In, &[-2, 0, 2], 2);
+    for (vl, fused_resplit) in [(&v, true), (&tiled, false)] {
+        let x = operands([vl, &v, &p, &m, &m], 1, U1(0), None, 5);
+        let structures = [&x.l, &x.theta, &x.w, &x.r].map(|a| a.structure());
+        for split in [1, 2, 3] {
+            let chain = Chain::new(steps_into(split)).with_fused_min(0);
+            let fuses = split == 3 || (split == 1 && fused_resplit);
+            assert_eq!(
+                chain.fuses::<f64, U1>(structures).unwrap(),
+                fuses,
+                "split {split}, tiled {}",
+                !fused_resplit
+            );
+            let got = chain.apply(&x.l, &x.theta, &x.w, &x.r).unwrap();
+            let want = in_turn_by(&x, steps_into(split));
+            assert_eq!(got.structure(), want.structure());
+            assert_close_in_norm(
+                &got.to_dense().unwrap(),
+                &want.to_dense().unwrap(),
+                1e-13,
+                format!("split {split}"),
+            );
+        }
+    }
+}
+
 /// Small enough for Miri (CI runs it there: the panels' scratch views are made by hand).
 #[test]
 fn a_tiny_fused_chain_matches_the_steps_in_turn() {
@@ -286,12 +348,16 @@ fn a_tiny_fused_chain_matches_the_steps_in_turn() {
     let p = leg(&[(-1, 1), (1, 1)]);
     let m = leg(&[(-2, 1), (0, 1), (2, 1)]);
     let x = operands([&v, &v, &p, &m, &m], 3, U1(0), None, 2);
-    for rows in [1, 2] {
-        let chain = Chain::new(steps()).with_fused_min(0).with_chunk_rows(rows);
+    // Chunks of one and two rows, into the product's split and re-split `(y | u, v, z)`.
+    for (rows, split) in [(1, 3), (2, 1)] {
+        let chain = Chain::new(steps_into(split))
+            .with_fused_min(0)
+            .with_chunk_rows(rows);
         let structures = [&x.l, &x.theta, &x.w, &x.r].map(|a| a.structure());
         assert!(chain.fuses::<f64, U1>(structures).unwrap());
         let got = chain.apply(&x.l, &x.theta, &x.w, &x.r).unwrap();
-        let (got, want) = (got.to_dense().unwrap(), in_turn(&x).to_dense().unwrap());
+        let want = in_turn_by(&x, steps_into(split));
+        let (got, want) = (got.to_dense().unwrap(), want.to_dense().unwrap());
         assert_close_in_norm(&got, &want, 1e-13, format!("chunks of {rows}"));
     }
 }

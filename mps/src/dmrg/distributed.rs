@@ -206,7 +206,7 @@ impl<S: AbelianSector> DistDmrg<S> {
         let w = contract(&c.mpo_pair, &self.w[i], &self.w[i + 1], &PLACEMENT)?;
         let apply = |x: &Dist<S>| -> Result<Dist<S>> {
             let t = contract(&self.heff_left, left, x, &PLACEMENT)?;
-            let [_, second, last] = c.heff_pair.steps();
+            let [_, second, last] = c.heff[1].steps();
             let t = contract(second, &t, &w, &PLACEMENT)?;
             Ok(contract(last, &t, right, &PLACEMENT)?)
         };

@@ -54,14 +54,13 @@ impl<S: AbelianSector, P: Placement<f64>> std::ops::Deref for Signed<'_, S, P> {
 /// The contractions a sweep runs.
 #[derive(Debug)]
 pub(crate) struct Contractions {
-    /// `(L theta) W R`: `theta(k, s, t | r) -> (y, u, v | z)`, with `L` as `(y, a | k)` and
-    /// `W = W_i W_{i+1}` as `(a, s, t | u, v, c)` (see [`EffectiveHamiltonian`]); each step's
-    /// output is what the next step reads in place.
-    /// As one [`Chain`], run fused by row panels of `y` on host tensors.
-    pub(crate) heff: Chain,
-    /// `heff` with the last step for a pair split as [`Dmrg::pair`](super::Dmrg::pair)
-    /// returns it, `(y, u | v, z)`.
-    pub(crate) heff_pair: Chain,
+    /// `(L theta) W R` for `theta` split after its first `n` legs, by `n - 1`:
+    /// `theta(k | s, t, r) -> (y | u, v, z)` (the Lanczos form), `(k, s | t, r) -> (y, u |
+    /// v, z)` (as [`Dmrg::pair`](super::Dmrg::pair) returns it) and `(k, s, t | r) -> (y, u,
+    /// v | z)`, with `L` as `(y, a | k)` and `W = W_i W_{i+1}` as `(a, s, t | u, v, c)` (see
+    /// [`EffectiveHamiltonian`]); each step's output is what the next step reads in place.
+    /// Each one [`Chain`], run fused by row panels of `y` on host tensors.
+    pub(crate) heff: [Chain; 3],
     /// The pair's MPO tensors as one operator, `W(a, s, t | u, v, c)`.
     pub(crate) mpo_pair: Contraction,
     /// `L'(r, b, z) = L(k, a, y) A(k, s, r) W(a, s, u, b) conj(A)(y, u, z)`.
@@ -70,7 +69,7 @@ pub(crate) struct Contractions {
     pub(crate) right: [Contraction; 3],
     /// `theta = A_i A_{i+1}`, split `(k, s | t, r)` for the SVD.
     pub(crate) pair: Contraction,
-    /// `theta = A_i A_{i+1}`, split `(k, s, t | r)` for Lanczos (see [`EffectiveHamiltonian`]).
+    /// `theta = A_i A_{i+1}`, split `(k | s, t, r)` for Lanczos (see [`EffectiveHamiltonian`]).
     pub(crate) pair_lanczos: Contraction,
     /// `S V†`: the singular values into the right factor.
     pub(crate) absorb_right: Contraction,
@@ -80,15 +79,15 @@ pub(crate) struct Contractions {
 
 impl Contractions {
     pub(crate) fn new() -> Result<Self> {
-        let first = Contraction::new("yak,kstr->ya|str")?;
-        let second = Contraction::new("yastr,astuvc->yuv|rc")?;
+        let heff = |out: &str| -> Result<Chain> {
+            Ok(Chain::new([
+                Contraction::new("yak,kstr->ya|str")?,
+                Contraction::new("yastr,astuvc->yuv|rc")?,
+                Contraction::new(&format!("yuvrc,rcz->{out}"))?,
+            ]))
+        };
         Ok(Self {
-            heff: Chain::new([
-                first.clone(),
-                second.clone(),
-                Contraction::new("yuvrc,rcz->yuv|z")?,
-            ]),
-            heff_pair: Chain::new([first, second, Contraction::new("yuvrc,rcz->yu|vz")?]),
+            heff: [heff("y|uvz")?, heff("yu|vz")?, heff("yuv|z")?],
             mpo_pair: Contraction::new("asub,btvc->ast|uvc")?,
             left: [
                 Contraction::new("kay,ksr->yasr")?,
@@ -101,7 +100,7 @@ impl Contractions {
                 Contraction::new("kzau,yuz->kay")?.conj_b(),
             ],
             pair: Contraction::new("ksm,mtr->ks|tr")?,
-            pair_lanczos: Contraction::new("ksm,mtr->kst|r")?,
+            pair_lanczos: Contraction::new("ksm,mtr->k|str")?,
             absorb_right: Contraction::new("km,mtr->kt|r")?,
             absorb_left: Contraction::new("ksm,mr->ks|r")?,
         })
@@ -124,15 +123,17 @@ pub(crate) fn sweep_order<S: AbelianSector, P: Placement<f64>>(
 /// Built once per step, it holds its constant operands in the layouts its contractions take
 /// them in: the left environment permuted once to `(y, a | k)`, the pair's two MPO tensors
 /// contracted into one operator `W(a, s, t | u, v, c)` (a few hundred elements), the right
-/// environment `(r, c | z)` as stored. Applying it to `theta(k, s, t | r)` (the form
+/// environment `(r, c | z)` as stored. Applying it to `theta(k | s, t, r)` (the form
 /// [`lanczos`] runs in) is a GEMM `L theta` into `(y, a | s, t, r)`, the operator applied
 /// to that in one pass ([`Strategy::SmallOperand`]: its blocks have at most a few dozen
 /// elements, so the pass reads the GEMM's product in place and writes `(y, u, v | r, c)`
-/// directly), and a GEMM with `R` into `theta`'s form; from
-/// [`FUSE_MIN_ELEMS`](tessera_contract::FUSE_MIN_ELEMS) elements of `L theta` on, the three
-/// run as one [`Chain`], a task per sector of `y` doing all three on its rows. One pass over memory besides them:
-/// `theta` re-split to `(k | s, t, r)`. Before, the MPO tensors were applied one at a time
-/// and nothing was held in place: four steps and nine passes.
+/// directly), and a GEMM with `R` into `(y, u, v | z)`, which is `theta`'s form re-split;
+/// from [`FUSE_MIN_ELEMS`](tessera_contract::FUSE_MIN_ELEMS) elements of `L theta` on, the
+/// three run as one [`Chain`], a task per sector of `y` doing all three on its rows and the
+/// last GEMMs writing the result's blocks in `theta`'s form (each holds whole rows of its
+/// sector: a bond leg has each sector once). No other pass over memory; below that size,
+/// one more, the product re-split. Before, the MPO tensors were applied one at a time and
+/// nothing was held in place: four steps and nine passes.
 ///
 /// [`Strategy::SmallOperand`]: tessera_contract::Strategy::SmallOperand
 ///
@@ -164,8 +165,8 @@ impl<'a, S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'a, S, P> {
     }
 
     /// `H theta`: a new tensor with the structure of `theta` (enrolled, not waited for).
-    /// `theta` is a pair `(k, s, t | r)` or `(k, s | t, r)` (as [`Dmrg::pair`] returns it; one
-    /// more pass to split the result so).
+    /// `theta` is a pair `(k | s, t, r)` (the fastest), `(k, s | t, r)` (as [`Dmrg::pair`]
+    /// returns it) or `(k, s, t | r)`; the last two take one more pass, `theta` re-split.
     ///
     /// # Errors
     ///
@@ -174,16 +175,13 @@ impl<'a, S: AbelianSector, P: Executor<f64>> EffectiveHamiltonian<'a, S, P> {
     ///
     /// [`Dmrg::pair`]: super::Dmrg::pair
     pub fn apply(&self, theta: &Tensor<S, P>) -> Result<Tensor<S, P>> {
-        let chain = match theta.structure().n_codomain() {
-            3 => &self.c.heff,
-            2 => &self.c.heff_pair,
-            n => {
-                return Err(Error::Dmrg {
-                    what: "the pair H is applied to".into(),
-                    expected: "a pair split (k, s, t | r) or (k, s | t, r)".into(),
-                    found: format!("{n} codomain legs"),
-                });
-            }
+        let n = theta.structure().n_codomain();
+        let Some(chain) = n.checked_sub(1).and_then(|i| self.c.heff.get(i)) else {
+            return Err(Error::Dmrg {
+                what: "the pair H is applied to".into(),
+                expected: "a pair split (k | s, t, r), (k, s | t, r) or (k, s, t | r)".into(),
+                found: format!("{n} codomain legs"),
+            });
         };
         Ok(chain.apply(&self.left, theta, &self.w, &*self.right)?)
     }

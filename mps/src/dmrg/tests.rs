@@ -449,8 +449,14 @@ fn the_effective_hamiltonian_keeps_its_operands_in_the_layouts_it_reads() {
         let model = Xxz::new(10, 0.7, 2);
         let mut run = Dmrg::new(model.mpo(), model.start(5), settings(12, 2, 0.0)).unwrap();
         run.run(|_| {}, |_| {}).unwrap();
-        let i = *run.envs.pairs().start();
-        let last = *run.energies().last().unwrap();
+        // The centre moved to a bulk pair, where `L theta` outgrows `W` (as the chain
+        // needs for its one-pass operator step).
+        let start = *run.envs.pairs().start();
+        let mut last = f64::NAN;
+        for j in start..start + 3 {
+            last = run.step(j, Toward::Right).unwrap().energy;
+        }
+        let i = start + 3;
         let lanczos_form = run
             .c
             .pair_lanczos
@@ -459,17 +465,17 @@ fn the_effective_hamiltonian_keeps_its_operands_in_the_layouts_it_reads() {
         let svd_form = run.pair(i).unwrap();
         let c = Contractions::new().unwrap();
         let h = run.effective_hamiltonian(i).unwrap();
-        // In Lanczos form: theta re-split for the first GEMM and nothing else (the constant
-        // operands are read as they are held; the operator step reads the first GEMM's
-        // product in place and writes what the last GEMM reads). That step takes its one
-        // pass from SMALL_OPERAND_MIN_ELEMS elements on, a large bond; the plans here are
-        // made as at any size.
+        // In Lanczos form, in turn: no pass but the product re-split to theta's form after
+        // the last GEMM (the constant operands are read as they are held; the operator step
+        // reads the first GEMM's product in place and writes what the last GEMM reads). That
+        // step takes its one pass from SMALL_OPERAND_MIN_ELEMS elements on, a large bond; the
+        // plans here are made as at any size.
         let cache = Arc::new(PlanCache::new().with_small_operand_min(0));
         let operands = [&h.left, &h.w, &*h.right];
         let mut x: Option<Tensor<U1>> = None;
         let mut passes = Vec::new();
         let mut strategies = Vec::new();
-        for (step, operand) in c.heff.steps().iter().zip(operands) {
+        for (step, operand) in c.heff[0].steps().iter().zip(operands) {
             let step = step.clone().with_cache(Arc::clone(&cache));
             let (a, b) = match &x {
                 None => (operand, &lanczos_form),
@@ -484,28 +490,43 @@ fn the_effective_hamiltonian_keeps_its_operands_in_the_layouts_it_reads() {
             ]);
             x = Some(step.apply(a, b).unwrap());
         }
-        // (At this small bond the first step's operands may also be small enough for one
-        // pass, which re-splits nothing.)
+        // (At this small bond R's blocks may be small operands too: then the last step is a
+        // one-pass product that writes theta's form as it goes.)
+        let resplit = strategies[2] != Strategy::SmallOperand;
         let want = [
-            [false, passes[0][1], false],
             [false, false, false],
             [false, false, false],
+            [false, false, resplit],
         ];
         assert_eq!(passes, want, "{strategies:?}");
         assert_eq!(strategies[1], Strategy::SmallOperand);
+        // Fused (as from FUSE_MIN_ELEMS elements on), the last GEMMs write theta's form
+        // directly: no pass at all.
+        let chain = c.heff[0].clone().with_fused_min(0);
+        let structures = [&h.left, &lanczos_form, &h.w, &*h.right].map(|x| x.structure());
+        assert!(chain.fuses::<f64, U1>(structures).unwrap());
+        let fused = chain
+            .apply(&h.left, &lanczos_form, &h.w, &*h.right)
+            .unwrap();
+        assert_eq!(fused.structure(), lanczos_form.structure());
         // Both splits give the same H theta, in the split they came in.
         let (hl, hp) = (h.apply(&lanczos_form).unwrap(), h.apply(&svd_form).unwrap());
-        assert_eq!(hl.structure().n_codomain(), 3);
+        assert_eq!(hl.structure().n_codomain(), 1);
         assert_eq!(hp.structure().n_codomain(), 2);
+        let rows_form = lanczos_form.permute(&[0, 1, 2, 3], 3).unwrap();
+        let hr = h.apply(&rows_form).unwrap();
+        assert_eq!(hr.structure(), rows_form.structure());
         let (hl, hp) = (hl.to_dense().unwrap(), hp.to_dense().unwrap());
-        assert!(hl.iter().zip(&hp).all(|(a, b)| (a - b).abs() < 1e-12));
+        for other in [&hp, &hr.to_dense().unwrap(), &fused.to_dense().unwrap()] {
+            assert!(hl.iter().zip(other).all(|(a, b)| (a - b).abs() < 1e-12));
+        }
         // ... and it is H: <theta|H theta> is the converged energy.
         let theta = lanczos_form.to_dense().unwrap();
         let e: f64 = theta.iter().zip(&hl).map(|(a, b)| a * b).sum();
         let n: f64 = theta.iter().map(|a| a * a).sum();
         assert!((e / n - last).abs() < 1e-8, "{} vs {last}", e / n);
         // A tensor of another split is refused by type, not by a panic.
-        let wrong = lanczos_form.permute(&[0, 1, 2, 3], 1).unwrap();
+        let wrong = lanczos_form.permute(&[0, 1, 2, 3], 4).unwrap();
         assert!(matches!(h.apply(&wrong), Err(Error::Dmrg { .. })));
     });
 }
