@@ -419,9 +419,9 @@ impl<S: AbelianSector> PanelPlan<S> {
     /// conjugates, the first or last step is not all sector GEMMs with `A` (resp. the middle
     /// result) and the intermediates unpermuted, the result is permuted other than by a
     /// re-split whose blocks' rows fold as the product's (see [`rows_fold`]), the middle
-    /// step has no
-    /// small-operand pass on its first operand along its first leg, `A`'s first leg is
-    /// contracted, a sector is packed, or `A B` has fewer elements than the chain fuses.
+    /// step has no small-operand pass on its first operand along its first leg, `A`'s first
+    /// leg is contracted, a sector is packed, or `A B` has fewer elements than the chain
+    /// fuses.
     fn build<T: Field>(
         chain: &Chain,
         [sa, sb, sc, sd]: [&Arc<BlockStructure<S>>; 4],
