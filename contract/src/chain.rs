@@ -138,7 +138,7 @@ impl Chain {
     }
 
     /// Runs each panel in chunks of `rows` rows of the first leg (the last one shorter)
-    /// instead of chunks of a multiple of 48 rows (at least 96) with about 4 MiB of
+    /// instead of chunks of a multiple of 16 rows (at least 64) with about 2 MiB of
     /// scratch: for tuning, and for tests that want many chunks. At least 1.
     pub fn with_chunk_rows(mut self, rows: usize) -> Self {
         self.chunk_rows = Some(rows.max(1));
@@ -311,20 +311,22 @@ struct Panel {
     flops: u64,
 }
 
-/// The scratch of one chunk, both intermediates: about 4 MiB of `f64`, which bounds a
-/// task's scratch. At DMRG bond dimension 512 the two largest panels (145 rows) then run in
-/// chunks of 96 and 49 rows; chain against chain (bench `contract/heff`, alternating) that
-/// measured 0.94-1.03 of one chunk at chi 512 and 0.97-1.06 at 1024: within the noise.
-const CHUNK_ELEMS: usize = 1 << 19;
+/// The scratch of one chunk, both intermediates: about 2 MiB of `f64` (a core's share of
+/// the caches), which bounds a task's scratch unless [`MIN_CHUNK_ROWS`] needs more. At DMRG
+/// bond dimension 512 the two largest panels (145 rows) then run in chunks of 64, 64 and 17
+/// rows, 3-4% faster than in chunks of 96 and 49, as fast as in chunks of 48 or 32 (chain
+/// against chain, alternating in one process); at 1024, chunks of 64 and 96 are as fast.
+const CHUNK_ELEMS: usize = 1 << 18;
 
-/// Chunks are a multiple of this many rows: the GEMM kernels' register blocks are 48 rows of
-/// `f64` on AVX-512 (and divide 48 on AVX2), and a chunk that ends inside one runs a masked
-/// remainder on every column.
-const CHUNK_ROWS_STEP: usize = 48;
+/// Chunks are a multiple of this many rows: two AVX-512 vectors of `f64` (four AVX2
+/// vectors), so the GEMMs' row blocks end on whole vectors (chunks of 49 or 73 rows were
+/// 4-12% slower than of 48 or 64).
+const CHUNK_ROWS_STEP: usize = 16;
 
-/// The least rows of a chunk (unless the panel has fewer): GEMMs on one register block of
-/// rows lose speed (chunks of 48 rows were 11% slower at bond dimension 1024, of 96 even).
-const MIN_CHUNK_ROWS: usize = 2 * CHUNK_ROWS_STEP;
+/// The least rows of a chunk (unless the panel has fewer): fewer rows make more and shorter
+/// GEMMs, each reading its `B` again (at bond dimension 1024, chunks of 48 rows were 1-3%
+/// slower than of 64, of 32 up to 5%).
+const MIN_CHUNK_ROWS: usize = 4 * CHUNK_ROWS_STEP;
 
 /// The least elements of the first intermediate for which the chain runs fused: below it
 /// (DMRG bonds under about 128) the panels' many small GEMMs and kernel calls cost more
