@@ -609,6 +609,29 @@ fn heff(c: &mut Criterion) {
                 .fuses::<f64, U1>([s[0], s[3], s[1], s[2]])
                 .unwrap()
         });
+        // The fused chain's traffic, modelled from its panel plan (each operand block once
+        // per GEMM or kernel call that reads it: theta's and R's sectors once per chunk of
+        // every panel that meets them).
+        let s = operands.each_ref().map(|x| x.structure());
+        if let Some(t) = fused_chain
+            .traffic::<f64, U1>([s[0], s[3], s[1], s[2]])
+            .unwrap()
+        {
+            let mb = |e: usize| e as f64 * 8e-6;
+            println!(
+                "contract/heff/chi{chi}: fused chain traffic per application (model): reads L \
+                 {:.1} MB, theta {:.1} MB ({:.1}x its size), W {:.2} MB, R {:.1} MB ({:.1}x), \
+                 writes {:.1} MB; scratch per task {:.1} MB",
+                mb(t.reads[0]),
+                mb(t.reads[1]),
+                t.reads[1] as f64 / s[3].total_len() as f64,
+                mb(t.reads[2]),
+                mb(t.reads[3]),
+                t.reads[3] as f64 / s[2].total_len() as f64,
+                mb(t.written),
+                mb(t.scratch)
+            );
+        }
         group.bench_function("tessera_dmrg_chain", |bch| {
             bch.iter(|| {
                 runtime

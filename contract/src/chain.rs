@@ -50,6 +50,21 @@ use tessera_coalesce::Matrices;
 use tessera_coalesce::{Coalesce, SectorBatches};
 use tessera_core::{KernelError, LruCache, SharedBuffer, StridedMut, StridedRef, schedule_named};
 
+/// The modelled memory traffic of one fused application of a [`Chain`] (see
+/// [`Chain::traffic`]), in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainTraffic {
+    /// Elements read of `A`, `B'` (the matrix form of `B`), `C` and `D'`: each block once per
+    /// GEMM or kernel call that reads it. `A`'s rows are read once; a sector of `B'` or `D'`
+    /// once per chunk of each panel that meets it (and once per row tuple where the chunk is
+    /// not the whole panel); a block of `C` once per pair of blocks it is applied in.
+    pub reads: [usize; 4],
+    /// Elements of the result, each written once.
+    pub written: usize,
+    /// The most scratch elements one panel's task holds (both intermediates, one chunk).
+    pub scratch: usize,
+}
+
 /// A kept panel plan, typed by the key it is kept under.
 type Kept = Arc<dyn Any + Send + Sync>;
 
@@ -179,6 +194,56 @@ impl Chain {
         s: [&Arc<BlockStructure<S>>; 4],
     ) -> Result<bool, Error> {
         Ok(self.panel_plan::<T, S>(s)?.is_some())
+    }
+
+    /// The memory traffic of one fused application on host operands of structures `s`
+    /// (`[A, B, C, D]`), elements `T`, from the panel plan alone; `None` where the chain
+    /// runs in turn. Counts an operand's block once per GEMM or kernel call that reads it
+    /// (no reuse between calls assumed: an upper bound), see [`ChainTraffic`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Contraction::plan`] for each step.
+    pub fn traffic<T: Field, S: AbelianSector>(
+        &self,
+        s: [&Arc<BlockStructure<S>>; 4],
+    ) -> Result<Option<ChainTraffic>, Error> {
+        let Some(plan) = self.panel_plan::<T, S>(s)? else {
+            return Ok(None);
+        };
+        let [p1, _, p3] = &plan.plans;
+        let (am, bm) = (&p1.operands[0].matrix, &p1.operands[1].matrix);
+        let mut t = ChainTraffic {
+            reads: [0; 4],
+            written: p3.output().total_len(),
+            scratch: 0,
+        };
+        let c_len = |id: usize| s[2].block(id).map_or(0, |b| b.len());
+        for panel in &plan.panels {
+            let c_reads: usize = panel
+                .calls
+                .iter()
+                .flat_map(|call| &call.pairs)
+                .map(|&(_, y)| c_len(y))
+                .sum();
+            t.scratch = t.scratch.max((panel.t_len + panel.u_len) * panel.chunk);
+            let mut y0 = 0;
+            while y0 < panel.dy {
+                let n = panel.chunk.min(panel.dy - y0);
+                let calls = |f: usize| gemms(f, n, panel.dy).count();
+                for g in &panel.first {
+                    t.reads[0] += g.f * n * am.sectors()[g.a].cols();
+                    let b = &bm.sectors()[g.b];
+                    t.reads[1] += calls(g.f) * b.rows() * b.cols();
+                }
+                t.reads[2] += c_reads;
+                for g in &panel.last {
+                    t.reads[3] += calls(g.f) * g.k * g.cols.len();
+                }
+                y0 += n;
+            }
+        }
+        Ok(Some(t))
     }
 
     /// `((A B) C) D` into a new array (enrolled, not waited for), fused by row panels on

@@ -98,7 +98,7 @@ mod spec;
 mod su2;
 
 pub use cache::{DEFAULT_PLAN_CAPACITY, PlanCache};
-pub use chain::{Chain, FUSE_MIN_ELEMS};
+pub use chain::{Chain, ChainTraffic, FUSE_MIN_ELEMS};
 pub use error::Error;
 pub use execute::Contraction;
 pub use network::{MAX_EXHAUSTIVE, Network, Order};

@@ -338,6 +338,52 @@ fn a_re_split_result_is_fused_only_where_its_blocks_fold_as_the_products() {
     }
 }
 
+#[test]
+fn a_chains_traffic_model_counts_its_panels_reads() {
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    let v = leg(&mut rng, Direction::In, &[-2, -1, 0, 1, 2], 6);
+    let p = leg(&mut rng, Direction::In, &[-1, 1], 1);
+    let m = leg(&mut rng, Direction::In, &[-2, 0, 2], 2);
+    let x = operands([&v, &v, &p, &m, &m], 1, U1(0), None, 4);
+    let s = [&x.l, &x.theta, &x.w, &x.r].map(|a| a.structure());
+    let whole = Chain::new(steps_into(1))
+        .with_fused_min(0)
+        .with_chunk_rows(usize::MAX);
+    let rows = Chain::new(steps_into(1))
+        .with_fused_min(0)
+        .with_chunk_rows(1);
+    let (w, r) = (
+        whole.traffic::<f64, U1>(s).unwrap().unwrap(),
+        rows.traffic::<f64, U1>(s).unwrap().unwrap(),
+    );
+    let result = whole.apply(&x.l, &x.theta, &x.w, &x.r).unwrap();
+    // Every element of A (here every row meets theta) is read once, and the result
+    // written once, however the panels are chunked.
+    assert_eq!(w.reads[0], s[0].total_len());
+    assert_eq!(r.reads[0], w.reads[0]);
+    assert_eq!(
+        (w.written, r.written),
+        (result.structure().total_len(), w.written)
+    );
+    // theta (its own matrix form) and R are read at least once in whole panels, and again
+    // for every chunk of rows; W once per pair, per chunk.
+    assert!(
+        w.reads[1] >= s[1].total_len() && w.reads[3] >= s[3].total_len(),
+        "{w:?}"
+    );
+    for i in 1..4 {
+        assert!(r.reads[i] > w.reads[i], "{i}: {r:?} {w:?}");
+    }
+    assert!(r.scratch < w.scratch);
+    // In turn: no model.
+    assert!(
+        Chain::new(steps_into(1))
+            .traffic::<f64, U1>(s)
+            .unwrap()
+            .is_none()
+    );
+}
+
 /// Small enough for Miri (CI runs it there: the panels' scratch views are made by hand).
 #[test]
 fn a_tiny_fused_chain_matches_the_steps_in_turn() {
