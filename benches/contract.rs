@@ -594,6 +594,7 @@ fn heff(c: &mut Criterion) {
         // each task computing both intermediates on one sector of `y` in its own scratch.
         let fused_chain = Chain::new(steps.clone());
         let [left, w, right, theta] = &operands;
+        let s = operands.each_ref().map(|x| x.structure());
         let fused = runtime.enter(|| {
             let want = apply_in_layouts(&operands, &steps).to_dense().unwrap();
             let got = fused_chain.apply(left, theta, w, right).unwrap();
@@ -604,7 +605,6 @@ fn heff(c: &mut Criterion) {
                     .zip(&got)
                     .all(|(a, b)| (a - b).abs() <= 1e-10 * scale)
             );
-            let s = operands.each_ref().map(|x| x.structure());
             fused_chain
                 .fuses::<f64, U1>([s[0], s[3], s[1], s[2]])
                 .unwrap()
@@ -612,7 +612,6 @@ fn heff(c: &mut Criterion) {
         // The fused chain's traffic, modelled from its panel plan (each operand block once
         // per GEMM or kernel call that reads it: theta's and R's sectors once per chunk of
         // every panel that meets them).
-        let s = operands.each_ref().map(|x| x.structure());
         if let Some(t) = fused_chain
             .traffic::<f64, U1>([s[0], s[3], s[1], s[2]])
             .unwrap()

@@ -227,9 +227,7 @@ impl Chain {
                 .map(|&(_, y)| c_len(y))
                 .sum();
             t.scratch = t.scratch.max((panel.t_len + panel.u_len) * panel.chunk);
-            let mut y0 = 0;
-            while y0 < panel.dy {
-                let n = panel.chunk.min(panel.dy - y0);
+            for (_, n) in panel.chunks() {
                 let calls = |f: usize| gemms(f, n, panel.dy).count();
                 for g in &panel.first {
                     t.reads[0] += g.f * n * am.sectors()[g.a].cols();
@@ -240,7 +238,6 @@ impl Chain {
                 for g in &panel.last {
                     t.reads[3] += calls(g.f) * g.k * g.cols.len();
                 }
-                y0 += n;
             }
         }
         Ok(Some(t))
@@ -374,6 +371,15 @@ struct Panel {
     out: Vec<usize>,
     /// The GEMMs' flops (its cost, for the order of the tasks).
     flops: u64,
+}
+
+impl Panel {
+    /// Its chunks as `(first row, rows)`: `chunk` rows each, the last one shorter.
+    fn chunks(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.dy)
+            .step_by(self.chunk.max(1))
+            .map(|y0| (y0, self.chunk.min(self.dy - y0)))
+    }
 }
 
 /// The scratch of one chunk, both intermediates: about 2 MiB of `f64` (a core's share of
@@ -790,9 +796,7 @@ fn run_panel<T: Field, S: AbelianSector>(
     let n_rows = plan.plans[2].target().n_codomain();
     let mut t = SharedBuffer::<T>::try_recycled(panel.t_len * panel.chunk)?;
     let mut u = SharedBuffer::<T>::try_recycled(panel.u_len * panel.chunk)?;
-    let mut y0 = 0;
-    while y0 < panel.dy {
-        let n = panel.chunk.min(panel.dy - y0);
+    for (y0, n) in panel.chunks() {
         // First step: T's rows of the chunk.
         {
             let ts = t.as_mut_slice();
@@ -886,7 +890,6 @@ fn run_panel<T: Field, S: AbelianSector>(
                 )?;
             }
         }
-        y0 += n;
     }
     Ok(())
 }

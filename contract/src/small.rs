@@ -67,7 +67,7 @@ pub(crate) struct SmallGroup {
     /// Per output block (in `c`'s order), its range of `pairs`.
     pub(crate) products: Vec<Range<usize>>,
     /// Runs of `c` that share a row of X's free sectors: one kernel call each.
-    pub(crate) bundles: Vec<Range<usize>>,
+    bundles: Vec<Range<usize>>,
     /// `(local X index, local Y index, negative)`.
     pub(crate) pairs: Vec<(usize, usize, bool)>,
 }
@@ -80,7 +80,7 @@ pub(crate) struct SmallPlan {
     pub(crate) legs: SmallLegs,
     pub(crate) groups: Vec<SmallGroup>,
     /// Output blocks no pair writes.
-    pub(crate) idle: Vec<usize>,
+    idle: Vec<usize>,
     pub(crate) pairs: usize,
     pub(crate) flops: u64,
 }
