@@ -29,6 +29,10 @@
 //! - `contract/cuda/block_gemm/16x{d}_{type}` and `contract/cuda/heff/chi{chi}`: with
 //!   `--features cuda`, on CUDA device 0, block GEMM and H_eff beside one dense cuBLAS GEMM.
 //!
+//! Every "dense faer GEMM of the same flops" runs on one core or on all, whichever is faster
+//! here (see [`Dense`]; each group prints both), and every faer baseline's matrices have
+//! their padding zeroed (see [`mat`]).
+//!
 //! Throughputs are in flops per second (criterion's "elem/s").
 //!
 //! `cargo bench --bench contract` (`-- contract/heff` for one workload; `--features cuda --
@@ -42,7 +46,7 @@ use rayon::prelude::*;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, Trivial, U1};
 use tessera::contract::{Chain, Contraction, Network, Operand, Order, Plan, PlanCache, Spec};
 use tessera::prelude::Runtime;
@@ -59,21 +63,102 @@ fn matrix(sectors: i32, d: usize, seed: u64) -> AsyncArray<f64, U1> {
     AsyncArray::random(s, seed)
 }
 
-/// The dense baseline: one `n x n x n` faer GEMM with `flops` (rounded to the cube).
-fn dense_baseline(flops: u64) -> (Mat<f64>, Mat<f64>, Mat<f64>, u64) {
-    let n = ((flops as f64 / 2.0).cbrt().round() as usize).max(1);
-    let a = Mat::from_fn(n, n, |i, j| ((i * 7 + j * 3) % 11) as f64 - 5.0);
-    let b = Mat::from_fn(n, n, |i, j| ((i * 5 + j) % 13) as f64 - 6.0);
-    (a, b, Mat::zeros(n, n), 2 * (n as u64).pow(3))
+/// A faer matrix from `f`, whose padding rows (past `rows`, up to faer's column stride) hold
+/// zeros.
+///
+/// faer rounds each column up to whole SIMD vectors and leaves those rows uninitialised, and
+/// its AVX-512 kernels read them at a matrix's lower edge (the results are dropped). Memory
+/// the process recycles can hold subnormal numbers there, and an FMA on a subnormal takes a
+/// microcode assist. On the Intel dev VM (2026-12-07) the same `n = 172` product ran 8 to 14
+/// GFLOP/s on recycled memory and 82 to 103 with only its padding zeroed, and the chi 512
+/// dense baseline (`n = 636`) 24 to 135 depending on the allocation. Tessera's own block
+/// views have no padding (a block's column stride is its rows).
+fn mat(rows: usize, cols: usize, f: impl Fn(usize, usize) -> f64) -> Mat<f64> {
+    let stride = Mat::<f64>::zeros(rows, 1).col_stride() as usize;
+    let mut m = Mat::from_fn(stride, cols, |i, j| if i < rows { f(i, j) } else { 0.0 });
+    m.truncate(rows, cols);
+    assert_eq!(
+        m.col_stride() as usize,
+        stride,
+        "faer's column stride for {rows} rows"
+    );
+    m
 }
 
-fn dense_gemm(runtime: &Runtime, a: &Mat<f64>, b: &Mat<f64>, c: &mut Mat<f64>) {
-    let par = if a.nrows() >= 256 {
-        Par::rayon(2)
-    } else {
-        Par::Seq
-    };
+/// The dense baseline: one `n x n x n` faer GEMM of `flops` (rounded to the cube), on one
+/// core or on all of the runtime's, whichever runs faster here.
+struct Dense {
+    a: Mat<f64>,
+    b: Mat<f64>,
+    c: Mat<f64>,
+    par: Par,
+    /// `2 n^3`.
+    flops: u64,
+    /// The speeds on one core and on all, in GFLOP/s.
+    tried: [f64; 2],
+}
+
+impl Dense {
+    fn new(runtime: &Runtime, flops: u64) -> Self {
+        let n = ((flops as f64 / 2.0).cbrt().round() as usize).max(1);
+        let flops = 2 * (n as u64).pow(3);
+        let a = mat(n, n, |i, j| ((i * 7 + j * 3) % 11) as f64 - 5.0);
+        let b = mat(n, n, |i, j| ((i * 5 + j) % 13) as f64 - 6.0);
+        let mut c = mat(n, n, |_, _| 0.0);
+        let pars = [Par::Seq, Par::rayon(runtime.threads())];
+        let tried =
+            pars.map(|par| flops as f64 / median_time(|| gemm(runtime, &a, &b, &mut c, par)) / 1e9);
+        let par = if tried[1] > tried[0] {
+            pars[1]
+        } else {
+            pars[0]
+        };
+        Self {
+            a,
+            b,
+            c,
+            par,
+            flops,
+            tried,
+        }
+    }
+
+    fn run(&mut self, runtime: &Runtime) {
+        gemm(runtime, &self.a, &self.b, &mut self.c, self.par)
+    }
+
+    /// What was chosen, and why: for the bench's output.
+    fn describe(&self) -> String {
+        format!(
+            "n = {} on {} ({:.0} GFLOP/s on one core, {:.0} on all)",
+            self.a.nrows(),
+            if self.par == Par::Seq {
+                "one core"
+            } else {
+                "all cores"
+            },
+            self.tried[0],
+            self.tried[1]
+        )
+    }
+}
+
+fn gemm(runtime: &Runtime, a: &Mat<f64>, b: &Mat<f64>, c: &mut Mat<f64>, par: Par) {
     runtime.install(|| matmul(c.as_mut(), Accum::Replace, a.as_ref(), b.as_ref(), 1.0, par));
+}
+
+/// The median time of `f` over at least 5 runs and 20 ms, after two unmeasured runs.
+fn median_time(mut f: impl FnMut()) -> f64 {
+    f();
+    f();
+    let (start, mut times) = (Instant::now(), Vec::new());
+    while times.len() < 5 || start.elapsed() < Duration::from_millis(20) {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
 }
 
 fn block_gemm(c: &mut Criterion) {
@@ -93,10 +178,14 @@ fn block_gemm(c: &mut Criterion) {
                 out.wait().unwrap();
             })
         });
-        let (da, db, mut dc, dflops) = dense_baseline(flops);
-        group.throughput(Throughput::Elements(dflops));
+        let mut dense = Dense::new(&runtime, flops);
+        println!(
+            "contract/block_gemm/u1_{sectors}x{d}: dense baseline {}",
+            dense.describe()
+        );
+        group.throughput(Throughput::Elements(dense.flops));
         group.bench_function("dense_faer_same_flops", |bch| {
-            bch.iter(|| dense_gemm(&runtime, &da, &db, &mut dc))
+            bch.iter(|| dense.run(&runtime))
         });
         group.finish();
     }
@@ -109,7 +198,7 @@ fn block_mats(x: &AsyncArray<f64, U1>) -> Vec<Mat<f64>> {
         .unwrap()
         .iter()
         .zip(shapes)
-        .map(|(v, d)| Mat::from_fn(d[0], d[1], |i, j| v[i + d[0] * j]))
+        .map(|(v, d)| mat(d[0], d[1], |i, j| v[i + d[0] * j]))
         .collect()
 }
 
@@ -147,7 +236,7 @@ fn small_sectors(c: &mut Criterion) {
     let (ma, mb) = (block_mats(a), block_mats(b));
     let mut mc: Vec<Mat<f64>> = ma
         .iter()
-        .map(|m| Mat::zeros(m.nrows(), m.ncols()))
+        .map(|m| mat(m.nrows(), m.ncols(), |_, _| 0.0))
         .collect();
     group.bench_function("loop_of_faer", |bch| {
         bch.iter(|| {
@@ -176,7 +265,7 @@ fn small_blocks(c: &mut Criterion) {
         })
     });
     let (ma, mb) = (block_mats(&a), block_mats(&b));
-    let mut mc: Vec<Mat<f64>> = (0..ma.len()).map(|_| Mat::zeros(d, d)).collect();
+    let mut mc: Vec<Mat<f64>> = (0..ma.len()).map(|_| mat(d, d, |_, _| 0.0)).collect();
     group.bench_function("rayon_loop_of_faer", |bch| {
         bch.iter(|| {
             runtime.install(|| {
@@ -682,10 +771,14 @@ fn heff(c: &mut Criterion) {
                 t.wait().unwrap();
             })
         });
-        let (da, db, mut dc, dflops) = dense_baseline(flops);
-        group.throughput(Throughput::Elements(dflops));
+        let mut dense = Dense::new(&runtime, flops);
+        println!(
+            "contract/heff/chi{chi}: dense baseline {}",
+            dense.describe()
+        );
+        group.throughput(Throughput::Elements(dense.flops));
         group.bench_function("dense_faer_same_flops", |bch| {
-            bch.iter(|| dense_gemm(&runtime, &da, &db, &mut dc))
+            bch.iter(|| dense.run(&runtime))
         });
         group.finish();
         let id = format!("contract/heff/chi{chi}/paired");
@@ -698,7 +791,7 @@ fn heff(c: &mut Criterion) {
                         .wait()
                         .unwrap()
                 },
-                || dense_gemm(&runtime, &da, &db, &mut dc),
+                || dense.run(&runtime),
             );
             // Speed, not time: the cube's flops are the chain's rounded to `2 n^3`.
             println!(
@@ -707,7 +800,7 @@ fn heff(c: &mut Criterion) {
                 if fused { "fused" } else { "in turn" },
                 p.a * 1e3,
                 p.b * 1e3,
-                p.ratio * flops as f64 / dflops as f64,
+                p.ratio * flops as f64 / dense.flops as f64,
                 p.pairs
             );
         }
