@@ -19,12 +19,16 @@ use crate::plan::Plan;
 use crate::spec::Spec;
 use std::sync::Arc;
 use tessera_backends::cpu::{
-    gemm_parallelism, gemm_parallelism_alone, gemm_with, matrix_mut, matrix_ref,
+    GEMM_PARALLEL_MIN_FLOPS, gemm_parallelism, gemm_parallelism_alone, gemm_with, matrix_mut,
+    matrix_ref,
 };
 use tessera_backends::{Field, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockRegion, BlockStructure, Blocks};
 use tessera_coalesce::Coalesce;
-use tessera_core::{Alias, ReadBuffer, Runtime, WriteBuffer, schedule_named};
+use tessera_core::{
+    Access, Alias, KernelError, ReadBuffer, Runtime, TaskId, WriteBuffer, schedule_named,
+    schedule_sequential_named,
+};
 
 /// A pairwise contraction: a [`Spec`], whether each operand is conjugated, and the plan cache
 /// it plans through.
@@ -342,6 +346,25 @@ fn zero_blocks<T: Field, S: AbelianSector>(
     Ok(())
 }
 
+/// Enrolls a task of GEMMs: [`schedule_sequential_named`] when none of them starts parallel
+/// work (`sequential`), else on a worker.
+fn schedule_gemms<A, F>(
+    sequential: bool,
+    name: &'static str,
+    access: A,
+    kernel: F,
+) -> Result<TaskId, tessera_core::Error>
+where
+    A: Access,
+    F: for<'a> FnOnce(A::View<'a>) -> Result<(), KernelError> + Send + 'static,
+{
+    if sequential {
+        schedule_sequential_named(name, access, kernel)
+    } else {
+        schedule_named(name, access, kernel)
+    }
+}
+
 /// Enrolls the plan's tasks: `c <- alpha op(a) op(b) + beta c` (`fresh`: `c` is a new array
 /// nothing else has, with unspecified elements, so `beta` is ignored and every block is
 /// written).
@@ -379,6 +402,9 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
     } else {
         gemm_parallelism
     };
+    // A product too small for any of its GEMMs to run on more than one core: its tasks
+    // start no parallel work, so a host that waits for them may run them itself.
+    let sequential = plan.flops() < GEMM_PARALLEL_MIN_FLOPS as u64;
     let gemm =
         move |c: faer::MatMut<'_, T>, beta: T, a: faer::MatRef<'_, T>, b: faer::MatRef<'_, T>| {
             let par = parallelism(c.nrows(), c.ncols(), a.ncols());
@@ -388,7 +414,8 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
         let (reads_a, reads_b) = (block_reads(am, &group.a)?, block_reads(bm, &group.b)?);
         let writes = block_writes(target, &group.c, overwrite)?;
         let plan = Arc::clone(plan);
-        schedule_named(
+        schedule_gemms(
+            sequential,
             "contract.gemm_pairs",
             (reads_a, reads_b, writes),
             move |(xa, xb, mut xc)| {
@@ -420,7 +447,8 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
             } else {
                 out.into_write()
             };
-            schedule_named(
+            schedule_gemms(
+                sequential,
                 "contract.gemm_sectors",
                 (lhs.into_read(), rhs.into_read(), out),
                 move |(lhs, rhs, mut out)| {

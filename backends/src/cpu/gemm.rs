@@ -45,12 +45,16 @@ pub fn gemm_parallelism(m: usize, n: usize, k: usize) -> Par {
     }
 }
 
+/// The least flops (`2 m n k`) of a GEMM that [`gemm_parallelism`] or
+/// [`gemm_parallelism_alone`] runs on more than one core: work with fewer flops in all runs
+/// sequentially, so it may be run by a host thread that waits for it.
+pub const GEMM_PARALLEL_MIN_FLOPS: usize = 2 * 128 * 128 * 128;
+
 /// The parallelism for one `m x n x k` GEMM that has the other workers to itself (a
 /// contraction with fewer GEMM tasks than workers): faer's rayon parallelism from 128^3 on
 /// (measured on two cores beside one sequential call: 1.7x at n = 192 to 384).
 pub fn gemm_parallelism_alone(m: usize, n: usize, k: usize) -> Par {
-    const PARALLEL_FLOPS: usize = 2 * 128 * 128 * 128;
-    if 2 * m * n * k >= PARALLEL_FLOPS && m.min(n) >= 96 {
+    if 2 * m * n * k >= GEMM_PARALLEL_MIN_FLOPS && m.min(n) >= 96 {
         Par::rayon(0)
     } else {
         gemm_parallelism(m, n, k)

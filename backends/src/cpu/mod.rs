@@ -15,7 +15,10 @@ mod permute;
 mod placement;
 mod small;
 
-pub use gemm::{GemmShapeMismatch, gemm, gemm_parallelism, gemm_parallelism_alone, gemm_with};
+pub use gemm::{
+    GEMM_PARALLEL_MIN_FLOPS, GemmShapeMismatch, gemm, gemm_parallelism, gemm_parallelism_alone,
+    gemm_with,
+};
 pub use matrix::{matrix_mut, matrix_ref};
 pub use permute::{
     CopyPlan, Stores, assign, assign_flipped, assign_map, permute_copy, permute_copy_planned,
