@@ -26,8 +26,7 @@ use tessera_backends::{Field, Scalar};
 use tessera_blocks::{AbelianSector, AsyncArray, BlockRegion, BlockStructure, Blocks};
 use tessera_coalesce::Coalesce;
 use tessera_core::{
-    Access, Alias, KernelError, ReadBuffer, Runtime, TaskId, WriteBuffer, schedule_named,
-    schedule_sequential_named,
+    Alias, ReadBuffer, Runtime, WriteBuffer, schedule_named, schedule_sequential_if,
 };
 
 /// A pairwise contraction: a [`Spec`], whether each operand is conjugated, and the plan cache
@@ -346,25 +345,6 @@ fn zero_blocks<T: Field, S: AbelianSector>(
     Ok(())
 }
 
-/// Enrolls a task of GEMMs: [`schedule_sequential_named`] when none of them starts parallel
-/// work (`sequential`), else on a worker.
-fn schedule_gemms<A, F>(
-    sequential: bool,
-    name: &'static str,
-    access: A,
-    kernel: F,
-) -> Result<TaskId, tessera_core::Error>
-where
-    A: Access,
-    F: for<'a> FnOnce(A::View<'a>) -> Result<(), KernelError> + Send + 'static,
-{
-    if sequential {
-        schedule_sequential_named(name, access, kernel)
-    } else {
-        schedule_named(name, access, kernel)
-    }
-}
-
 /// Enrolls the plan's tasks: `c <- alpha op(a) op(b) + beta c` (`fresh`: `c` is a new array
 /// nothing else has, with unspecified elements, so `beta` is ignored and every block is
 /// written).
@@ -414,7 +394,7 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
         let (reads_a, reads_b) = (block_reads(am, &group.a)?, block_reads(bm, &group.b)?);
         let writes = block_writes(target, &group.c, overwrite)?;
         let plan = Arc::clone(plan);
-        schedule_gemms(
+        schedule_sequential_if(
             sequential,
             "contract.gemm_pairs",
             (reads_a, reads_b, writes),
@@ -447,7 +427,7 @@ pub(crate) fn submit<T: Field, S: AbelianSector>(
             } else {
                 out.into_write()
             };
-            schedule_gemms(
+            schedule_sequential_if(
                 sequential,
                 "contract.gemm_sectors",
                 (lhs.into_read(), rhs.into_read(), out),

@@ -77,7 +77,8 @@ pub use pool::{
     set_buffer_pool_limits, trim_buffer_pool,
 };
 pub use runtime::{
-    Runtime, host, schedule, schedule_eager_named, schedule_named, schedule_sequential_named,
+    Runtime, host, schedule, schedule_eager_named, schedule_named, schedule_sequential_if,
+    schedule_sequential_named,
 };
 pub use send_ptr::SendPtr;
 pub use trace::{Trace, TraceEvent};

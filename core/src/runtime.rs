@@ -548,6 +548,42 @@ where
     Runtime::current().schedule_sequential_named(name, access, kernel)
 }
 
+/// [`schedule_sequential_named`] where `sequential` (the kernel runs sequentially and starts
+/// no parallel work: the caller knows its work is too small to), else [`schedule_named`].
+///
+/// ```
+/// use tessera_core::{Async, schedule_sequential_if};
+///
+/// let n = 1000_usize;
+/// let sum = Async::new(0_usize);
+/// schedule_sequential_if(n < 1 << 18, "sum", sum.write(), move |s| {
+///     *s = (0..n).sum();
+///     Ok(())
+/// })?;
+/// assert_eq!(sum.get()?, 499_500);
+/// # Ok::<(), tessera_core::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`schedule`].
+pub fn schedule_sequential_if<A, F>(
+    sequential: bool,
+    name: &'static str,
+    access: A,
+    kernel: F,
+) -> Result<TaskId>
+where
+    A: Access,
+    F: for<'a> FnOnce(A::View<'a>) -> std::result::Result<(), KernelError> + Send + 'static,
+{
+    if sequential {
+        schedule_sequential_named(name, access, kernel)
+    } else {
+        schedule_named(name, access, kernel)
+    }
+}
+
 /// Hands a ready node to whoever runs it: its runtime's ready queue for a job (the job stays
 /// in the node), the host for a wait.
 fn dispatch(node: Arc<TaskNode>) {

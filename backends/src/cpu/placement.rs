@@ -20,7 +20,7 @@ use crate::placement::{
 use rayon::prelude::*;
 use tessera_core::{
     Access, Domain, KernelError, SendPtr, SharedBuffer, StridedMut, StridedRef, TaskId,
-    schedule_named, schedule_sequential_named,
+    schedule_sequential_if,
 };
 
 /// The elements from which one block's work is spread over the workers of its task's
@@ -193,11 +193,7 @@ impl<T: Scalar> Placement<T> for Host {
         F: for<'a> FnOnce(A::View<'a>) -> Result<(), KernelError> + Send + 'static,
     {
         // A kernel that starts no parallel work may be run by a waiting host thread.
-        if fans_out(largest, threads) {
-            schedule_named(name, access, kernel)
-        } else {
-            schedule_sequential_named(name, access, kernel)
-        }
+        schedule_sequential_if(!fans_out(largest, threads), name, access, kernel)
     }
 
     fn scale(y: &mut GrantMut<'_, T, Self>, alpha: T, threads: usize) -> Result<(), KernelError> {
