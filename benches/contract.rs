@@ -46,7 +46,7 @@ use rayon::prelude::*;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tessera::blocks::{AsyncArray, BlockStructure, Direction, Leg, Trivial, U1};
 use tessera::contract::{Chain, Contraction, Network, Operand, Order, Plan, PlanCache, Spec};
 use tessera::prelude::Runtime;
@@ -106,8 +106,9 @@ impl Dense {
         let b = mat(n, n, |i, j| ((i * 5 + j) % 13) as f64 - 6.0);
         let mut c = mat(n, n, |_, _| 0.0);
         let pars = [Par::Seq, Par::rayon(runtime.threads())];
-        let tried =
-            pars.map(|par| flops as f64 / median_time(|| gemm(runtime, &a, &b, &mut c, par)) / 1e9);
+        let tried = pars.map(|par| {
+            flops as f64 / paired::batch(&mut || gemm(runtime, &a, &b, &mut c, par)) / 1e9
+        });
         let par = if tried[1] > tried[0] {
             pars[1]
         } else {
@@ -145,20 +146,6 @@ impl Dense {
 
 fn gemm(runtime: &Runtime, a: &Mat<f64>, b: &Mat<f64>, c: &mut Mat<f64>, par: Par) {
     runtime.install(|| matmul(c.as_mut(), Accum::Replace, a.as_ref(), b.as_ref(), 1.0, par));
-}
-
-/// The median time of `f` over at least 5 runs and 20 ms, after two unmeasured runs.
-fn median_time(mut f: impl FnMut()) -> f64 {
-    f();
-    f();
-    let (start, mut times) = (Instant::now(), Vec::new());
-    while times.len() < 5 || start.elapsed() < Duration::from_millis(20) {
-        let t = Instant::now();
-        f();
-        times.push(t.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
 }
 
 fn block_gemm(c: &mut Criterion) {

@@ -29,8 +29,8 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// One batch: `f` run repeatedly for 30 ms and at least 8 times, its first quarter discarded
 /// (so that it runs hot, and the other workload's idle threads have gone to sleep, as when
-/// criterion measures it alone); the median of the rest.
-fn batch(f: &mut impl FnMut()) -> f64 {
+/// criterion measures it alone); the median of the rest. Also one workload's time alone.
+pub(crate) fn batch(f: &mut impl FnMut()) -> f64 {
     let (start, mut times) = (Instant::now(), Vec::new());
     while start.elapsed() < Duration::from_millis(30) || times.len() < 8 {
         let t = Instant::now();
