@@ -39,6 +39,14 @@ pub(crate) struct Args {
     /// Stop once a sweep changes the energy by less than this (finite, >= 0).
     #[arg(long, value_name = "E", default_value_t = 1e-10, value_parser = non_negative, allow_hyphen_values = true)]
     pub(crate) tol: f64,
+    /// The most Lanczos products per step (1..=1000). A sweep with a step that stopped there
+    /// short of its residual tolerance does not end the run.
+    #[arg(long, value_name = "N", default_value_t = tessera::mps::dmrg::LANCZOS_ITER, value_parser = in_range(1, 1000))]
+    pub(crate) lanczos_iter: usize,
+    /// The most Lanczos products per step of an early sweep (1..=1000): the first two, and
+    /// those after a sweep that changed the energy by more than 1e-6 per site.
+    #[arg(long, value_name = "N", default_value_t = tessera::mps::dmrg::LANCZOS_ITER_EARLY, value_parser = in_range(1, 1000))]
+    pub(crate) lanczos_iter_early: usize,
     /// Worker threads (0..=1024; 0: one per available core).
     #[arg(long, value_name = "T", default_value_t = 0, value_parser = threads_parser())]
     pub(crate) threads: usize,

@@ -18,6 +18,8 @@
 //! (`NAME` or `NAME:key=value,...`, e.g. `hubbard:U=8,filling=0.5`), `--sites L` (2..=4096,
 //! default 32), `--chi D` (1..=16384, default 128), `--sweeps N` (1..=10000, default 20;
 //! a resumed run counts its checkpoint's sweeps), `--tol E` (finite, >= 0, default 1e-10),
+//! `--lanczos-iter N` and `--lanczos-iter-early N` (the most Lanczos products per step,
+//! in every sweep and in the early ones, 1..=1000; defaults 40 and 12),
 //! `--threads T` (0..=1024; 0, the default, means one per available core, and the header
 //! says how many that is), `--trace FILE` (the task timeline as Chrome trace-event JSON; the
 //! file is opened before the run, so an unwritable path is refused at once), `--save DIR`
@@ -162,6 +164,8 @@ fn run(prepared: args::dmrg::Prepared) -> Result<()> {
     let settings = Settings {
         sweeps: args.sweeps,
         tol: args.tol,
+        lanczos_iter: args.lanczos_iter,
+        lanczos_iter_early: args.lanczos_iter_early,
         ..Settings::new(args.chi)
     };
     // Under --distributed: MPI for this process, and only rank 0 prints (every rank
@@ -325,20 +329,21 @@ fn distributed<S: tessera::blocks::AbelianSector>(
 /// The header of the table of sweeps.
 fn print_header() {
     println!(
-        "{:>5} {:>22} {:>12} {:>6} {:>8} {:>9}",
-        "sweep", "energy", "truncation", "chi", "matvecs", "time [s]"
+        "{:>5} {:>22} {:>12} {:>6} {:>8} {:>7} {:>9}",
+        "sweep", "energy", "truncation", "chi", "matvecs", "capped", "time [s]"
     );
 }
 
 /// One sweep's line of the table.
 fn print_sweep(s: &SweepStats) {
     println!(
-        "{:>5} {:>22.14} {:>12.3e} {:>6} {:>8} {:>9.3}",
+        "{:>5} {:>22.14} {:>12.3e} {:>6} {:>8} {:>7} {:>9.3}",
         s.sweep,
         s.energy,
         s.truncation,
         s.max_bond,
         s.matvecs,
+        s.unconverged,
         s.time.as_secs_f64()
     );
 }

@@ -10,8 +10,11 @@
 //! sweeps through the same numbers.
 //!
 //! Layout (names in the [`Checkpoint`]): `dmrg/version`, `dmrg/sector_type`,
-//! `dmrg/sites`, `dmrg/sweeps_done`, `dmrg/energies` (one per sweep), `dmrg/settings/{chi,
-//! sweeps, lanczos_iter}` (integers), `dmrg/settings/{tol, lanczos_tol}` (floats),
+//! `dmrg/sites`, `dmrg/sweeps_done`, `dmrg/energies` and `dmrg/cut_short` (one per sweep;
+//! the second, the steps an early Lanczos budget stopped short of its tolerance, is read
+//! as zeros from a checkpoint written without it), `dmrg/settings/{chi,
+//! sweeps, lanczos_iter, lanczos_iter_early}` (integers; the last is not compared when a
+//! checkpoint was written without it), `dmrg/settings/{tol, lanczos_tol}` (floats),
 //! `dmrg/settings/bra` (a string), `dmrg/discarded` (one per bond), per bond `b` its
 //! spectrum as `dmrg/spectrum/{b}/{charges, dims, values}` (the charges' encoded words, the
 //! values per charge, all values), and the tensors `mpo/{i}` and `mps/{i}`. The
@@ -111,10 +114,16 @@ impl<S: SectorCodec> Dmrg<S> {
         ck.put_i64s("dmrg/sites", &[self.len() as i64]);
         ck.put_i64s("dmrg/sweeps_done", &[self.sweeps_done as i64]);
         ck.put_f64s("dmrg/energies", &self.energies);
+        let cut_short: Vec<i64> = self.cut_short.iter().map(|&n| n as i64).collect();
+        ck.put_i64s("dmrg/cut_short", &cut_short);
         let s = &self.settings;
         ck.put_i64s("dmrg/settings/chi", &[s.chi as i64]);
         ck.put_i64s("dmrg/settings/sweeps", &[s.sweeps as i64]);
         ck.put_i64s("dmrg/settings/lanczos_iter", &[s.lanczos_iter as i64]);
+        ck.put_i64s(
+            "dmrg/settings/lanczos_iter_early",
+            &[s.lanczos_iter_early as i64],
+        );
         ck.put_f64s("dmrg/settings/tol", &[s.tol]);
         ck.put_f64s("dmrg/settings/lanczos_tol", &[s.lanczos_tol]);
         ck.put_str("dmrg/settings/bra", s.bra.name());
@@ -208,6 +217,20 @@ impl<S: SectorCodec> Dmrg<S> {
                 lanczos_iter,
             ));
         }
+        let name = "dmrg/settings/lanczos_iter_early";
+        match optional(ck.i64s(name))?.as_deref() {
+            None => {}
+            Some(&[early]) if early == settings.lanczos_iter_early as i64 => {}
+            Some(&[early]) => {
+                return Err(mismatch(
+                    &path,
+                    "Lanczos iterations of an early sweep",
+                    settings.lanczos_iter_early,
+                    early,
+                ));
+            }
+            Some(other) => return Err(mismatch(&path, name, "one integer", format!("{other:?}"))),
+        }
         let lanczos_tol = float("dmrg/settings/lanczos_tol")?;
         if lanczos_tol != settings.lanczos_tol {
             return Err(mismatch(
@@ -260,6 +283,21 @@ impl<S: SectorCodec> Dmrg<S> {
                 energies.len(),
             ));
         }
+        let cut_short: Vec<usize> = match optional(ck.i64s("dmrg/cut_short"))? {
+            None => vec![0; sweeps_done],
+            Some(counts) => counts
+                .into_iter()
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                .collect(),
+        };
+        if cut_short.len() != sweeps_done {
+            return Err(mismatch(
+                &path,
+                "Lanczos solves cut short",
+                format!("one count per sweep done ({sweeps_done})"),
+                cut_short.len(),
+            ));
+        }
         let discarded = ck.f64s("dmrg/discarded")?;
         if discarded.len() != mpo.len() - 1 {
             return Err(mismatch(
@@ -285,9 +323,18 @@ impl<S: SectorCodec> Dmrg<S> {
         debug_assert!(run.envs.has_pair(1.min(l - 2)));
         run.sweeps_done = sweeps_done;
         run.energies = energies;
+        run.cut_short = cut_short;
         run.discarded = discarded;
         run.spectra = spectra;
         Ok(run)
+    }
+}
+
+/// An array a checkpoint written before it was added does not have: `None` when missing.
+fn optional<T>(found: std::result::Result<T, tessera_io::Error>) -> Result<Option<T>> {
+    match found {
+        Err(tessera_io::Error::Missing { .. }) => Ok(None),
+        found => Ok(Some(found?)),
     }
 }
 

@@ -26,8 +26,11 @@ use tessera_distributed::{Comm, DistArray, ProcessMap, contract, svd};
 
 use super::environments::edges;
 use super::heff::{Contractions, Tensor, sweep_order};
-use super::lanczos::{KrylovVector, krylov};
-use super::{Bra, Settings, SweepStats, Toward, check_run, plan, truncated};
+use super::lanczos::{KrylovVector, Solved, krylov};
+use super::{
+    Bra, Settings, SweepStats, Toward, check_run, converged, cut_short, lanczos_budget, plan,
+    truncated,
+};
 use crate::{Mpo, Mps, Result, graded};
 
 /// A distributed real tensor.
@@ -92,6 +95,8 @@ pub struct DistDmrg<S: AbelianSector> {
     heff_left: Contraction,
     sweeps_done: usize,
     energies: Vec<f64>,
+    /// Per sweep: the steps an early Lanczos budget stopped short of its tolerance.
+    cut_short: Vec<usize>,
 }
 
 impl<S: AbelianSector> DistDmrg<S> {
@@ -132,6 +137,7 @@ impl<S: AbelianSector> DistDmrg<S> {
             heff_left: Contraction::new("kay,kstr->ya|str")?,
             sweeps_done: 0,
             energies: Vec::new(),
+            cut_short: Vec::new(),
         };
         for i in (2..l).rev() {
             run.build_right(i)?;
@@ -191,8 +197,14 @@ impl<S: AbelianSector> DistDmrg<S> {
     }
 
     /// Optimises the pair `(i, i + 1)` and splits it, moving the centre `toward` one of its
-    /// sites: the energy, the discarded weight, the bond dimension and the products used.
-    fn step(&mut self, i: usize, toward: Toward) -> Result<(f64, f64, usize, usize)> {
+    /// sites: the energy, the discarded weight, the bond dimension, the products used and
+    /// whether Lanczos met its tolerance.
+    fn step(
+        &mut self,
+        i: usize,
+        toward: Toward,
+        budget: usize,
+    ) -> Result<(f64, f64, usize, usize, bool)> {
         let c = &self.c;
         let theta = contract(&c.pair, &self.mps[i], &self.mps[i + 1], &PLACEMENT)?;
         let left = self.left[i].as_ref().expect("valid at the centre");
@@ -210,8 +222,13 @@ impl<S: AbelianSector> DistDmrg<S> {
             let t = contract(second, &t, &w, &PLACEMENT)?;
             Ok(contract(last, &t, right, &PLACEMENT)?)
         };
-        let (tol, iter) = (self.settings.lanczos_tol, self.settings.lanczos_iter);
-        let (energy, ground, matvecs) = krylov(apply, &theta, tol, iter)?;
+        let tol = self.settings.lanczos_tol;
+        let Solved {
+            value: energy,
+            vector: ground,
+            iterations: matvecs,
+            converged,
+        } = krylov(apply, &theta, tol, budget)?;
         let f = svd(&ground, &Truncation::max_dim(self.settings.chi))?;
         let (discarded, kept) = truncated(f.discarded_weight, f.total_weight);
         let s = f.s.map(|x| x / kept);
@@ -228,7 +245,7 @@ impl<S: AbelianSector> DistDmrg<S> {
                 self.build_right(i + 1)?;
             }
         }
-        Ok((energy, discarded, bond, matvecs))
+        Ok((energy, discarded, bond, matvecs, converged))
     }
 
     /// One sweep, left to right and back, as [`Dmrg::sweep`](super::Dmrg::sweep).
@@ -240,21 +257,28 @@ impl<S: AbelianSector> DistDmrg<S> {
         let start = Instant::now();
         let steps = plan(self.mps.len(), self.sweeps_done);
         let (mut energy, mut truncation, mut matvecs, mut max_bond) = (f64::NAN, 0.0_f64, 0, 1);
+        let mut unconverged = 0;
+        let budget = lanczos_budget(&self.settings, &self.energies, self.mps.len());
         for (i, toward) in steps {
-            let (e, discarded, bond, products) = self.step(i, toward)?;
+            let (e, discarded, bond, products, solved) = self.step(i, toward, budget)?;
             energy = e;
             truncation = truncation.max(discarded);
             matvecs += products;
             max_bond = max_bond.max(bond);
+            unconverged += usize::from(!solved);
         }
         self.sweeps_done += 1;
         self.energies.push(energy);
+        self.cut_short
+            .push(cut_short(&self.settings, budget, unconverged));
         Ok(SweepStats {
             sweep: self.sweeps_done,
             energy,
             truncation,
             max_bond,
             matvecs,
+            lanczos_iter: budget,
+            unconverged,
             time: start.elapsed(),
         })
     }
@@ -267,9 +291,8 @@ impl<S: AbelianSector> DistDmrg<S> {
     ///
     /// As [`sweep`](Self::sweep).
     pub fn run(&mut self, mut report: impl FnMut(&SweepStats)) -> Result<f64> {
-        let converged = |e: &[f64], tol: f64| matches!(e, [.., a, b] if (a - b).abs() < tol);
         while self.sweeps_done < self.settings.sweeps
-            && !converged(&self.energies, self.settings.tol)
+            && !converged(&self.energies, &self.cut_short, self.settings.tol)
         {
             let stats = self.sweep()?;
             report(&stats);

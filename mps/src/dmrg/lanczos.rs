@@ -21,6 +21,9 @@ pub struct Eigenpair<S: AbelianSector, P: Placement<f64> = Host> {
     pub vector: Tensor<f64, S, P>,
     /// Matrix-vector products used.
     pub iterations: usize,
+    /// Whether the residual norm met the tolerance (or the Krylov space was exhausted, which
+    /// makes the pair exact); `false` when the solve stopped at `max_iter` products.
+    pub converged: bool,
 }
 
 /// The lowest eigenpair of the symmetric map `apply` by Lanczos with partial
@@ -61,12 +64,26 @@ pub fn lanczos<S: AbelianSector, P: Placement<f64>>(
     tol: f64,
     max_iter: usize,
 ) -> Result<Eigenpair<S, P>> {
-    let (value, vector, iterations) = krylov(apply, start, tol, max_iter)?;
+    let Solved {
+        value,
+        vector,
+        iterations,
+        converged,
+    } = krylov(apply, start, tol, max_iter)?;
     Ok(Eigenpair {
         value,
         vector,
         iterations,
+        converged,
     })
+}
+
+/// What [`krylov`] found: as [`Eigenpair`], for any [`KrylovVector`].
+pub(crate) struct Solved<V> {
+    pub(crate) value: f64,
+    pub(crate) vector: V,
+    pub(crate) iterations: usize,
+    pub(crate) converged: bool,
 }
 
 /// What [`krylov`] does with its vectors: one process's tensors, or (with the `mpi`
@@ -108,14 +125,13 @@ impl<S: AbelianSector, P: Placement<f64>> KrylovVector for Tensor<f64, S, P> {
     }
 }
 
-/// [`lanczos`] on any [`KrylovVector`]: the lowest Ritz value, its vector and the number of
-/// products.
+/// [`lanczos`] on any [`KrylovVector`].
 pub(crate) fn krylov<V: KrylovVector>(
     apply: impl Fn(&V) -> Result<V>,
     start: &V,
     tol: f64,
     max_iter: usize,
-) -> Result<(f64, V, usize)> {
+) -> Result<Solved<V>> {
     let dim = start.dim();
     let max_iter = max_iter.clamp(1, dim.max(1));
     let v0 = start.copy();
@@ -136,7 +152,7 @@ pub(crate) fn krylov<V: KrylovVector>(
     let (mut omega, mut omega_prev): (Vec<f64>, Vec<f64>) = (vec![1.0], Vec::new());
     let mut anorm: f64 = 0.0;
     let mut reorthogonalised_last = false;
-    let (value, coefficients) = loop {
+    let (value, coefficients, converged) = loop {
         let k = basis.len() - 1;
         let w = apply(&basis[k])?;
         let a = basis[k].dot(&w)?;
@@ -172,8 +188,9 @@ pub(crate) fn krylov<V: KrylovVector>(
         reorthogonalised_last = reorthogonalise && !reorthogonalised_last;
         let (value, y) = lowest_of_tridiagonal(&alpha, &beta)?;
         let residual = b * y[k].abs();
-        if residual < tol || basis.len() >= max_iter || b < 1e-14 {
-            break (value, y);
+        let converged = residual < tol || b < 1e-14 || basis.len() >= dim;
+        if converged || basis.len() >= max_iter {
+            break (value, y, converged);
         }
         w.scale_by(1.0 / b);
         beta.push(b);
@@ -187,7 +204,12 @@ pub(crate) fn krylov<V: KrylovVector>(
     }
     let n = x.norm2()?;
     x.scale_by(1.0 / n);
-    Ok((value, x, basis.len()))
+    Ok(Solved {
+        value,
+        vector: x,
+        iterations: basis.len(),
+        converged,
+    })
 }
 
 /// Simon's recurrence for the loss of orthogonality of the next Lanczos vector
@@ -267,6 +289,10 @@ mod tests {
             let got = lanczos(|x| Ok(mv.apply(&sym, x)?), &x, 1e-300, 150).unwrap();
             assert_eq!(got.iterations, 150);
             assert!(
+                !got.converged,
+                "stopped at the cap, short of a tolerance of 1e-300"
+            );
+            assert!(
                 (got.value - d[0]).abs() < 1e-10,
                 "{} vs {}",
                 got.value,
@@ -306,6 +332,7 @@ mod tests {
             let got = lanczos(|x| Ok(mv.apply(&sym, x)?), &x, 1e-12, 50).unwrap();
             assert!((got.value - want).abs() < 1e-10, "{} vs {want}", got.value);
             assert!(got.iterations <= 7, "{}", got.iterations);
+            assert!(got.converged);
             // The vector: unit norm, an eigenvector (H x = e x), in the charge-0 block.
             let hx = mv.apply(&sym, &got.vector).unwrap();
             hx.axpy(-got.value, &got.vector).unwrap();

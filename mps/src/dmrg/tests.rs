@@ -250,6 +250,82 @@ fn a_truncated_run_is_variational_and_reports_its_discarded_weight() {
 }
 
 #[test]
+fn early_sweeps_take_fewer_products_and_the_run_ends_on_full_solves() {
+    let rt = Runtime::new(2).unwrap();
+    rt.enter(|| {
+        let model = Xxz::new(12, 0.8, 11);
+        let exact = model.exact(6);
+        let run = |early: usize| {
+            let s = Settings {
+                lanczos_iter_early: early,
+                ..settings(64, 20, 1e-11)
+            };
+            let mut run = Dmrg::new(model.mpo(), model.start(6), s).unwrap();
+            let mut sweeps = Vec::new();
+            let e = run.run(|_| {}, |s| sweeps.push(*s)).unwrap();
+            (e, sweeps)
+        };
+        let (full, full_sweeps) = run(40);
+        let (capped, capped_sweeps) = run(2);
+        // chi = 64 = 2^(L/2): both runs are exact, to the same energy.
+        assert!((full - exact).abs() < 1e-9, "{full} vs {exact}");
+        assert!((capped - exact).abs() < 1e-9, "{capped} vs {exact}");
+        assert!(full_sweeps.iter().all(|s| s.lanczos_iter == 40));
+        // The first two sweeps are early: two products a step, most of them cut short.
+        for s in &capped_sweeps[..2] {
+            assert_eq!(s.lanczos_iter, 2);
+            assert!(s.unconverged > 0 && s.matvecs <= 2 * 22, "{s:?}");
+        }
+        // The last sweep's solves are the full budget's.
+        let last = capped_sweeps.last().unwrap();
+        assert!(last.lanczos_iter == 40 || last.unconverged == 0, "{last:?}");
+        let products = |v: &[SweepStats]| v.iter().map(|s| s.matvecs).sum::<usize>();
+        assert!(
+            products(&capped_sweeps) < products(&full_sweeps),
+            "{} vs {}",
+            products(&capped_sweeps),
+            products(&full_sweeps)
+        );
+        // A zero budget is refused.
+        let s = Settings {
+            lanczos_iter_early: 0,
+            ..Settings::new(4)
+        };
+        let e = Dmrg::new(model.mpo(), model.start(6), s).unwrap_err();
+        assert!(e.to_string().contains("lanczos_iter_early"), "{e}");
+    });
+}
+
+#[test]
+fn a_run_stops_on_the_energy_only_after_a_sweep_nothing_was_cut_short_in() {
+    // Two sweeps that agree, the last with a step an early budget cut short: not yet.
+    assert!(!converged(&[-1.0, -1.0], &[0, 3], 1e-10));
+    assert!(converged(&[-1.0, -1.0], &[3, 0], 1e-10));
+    assert!(!converged(&[-1.0, -1.1], &[0, 0], 1e-10));
+    assert!(!converged(&[-1.0], &[0], 1e-10));
+    // The budget: early for the first two sweeps and while a sweep changes the energy by
+    // more than 1e-6 per site (1e-5 on 10 sites), the full one after.
+    let s = Settings::new(8);
+    assert_eq!(lanczos_budget(&s, &[], 10), LANCZOS_ITER_EARLY);
+    assert_eq!(lanczos_budget(&s, &[-3.0], 10), LANCZOS_ITER_EARLY);
+    assert_eq!(lanczos_budget(&s, &[-3.0, -3.1], 10), LANCZOS_ITER_EARLY);
+    assert_eq!(
+        lanczos_budget(&s, &[-3.0, -3.000_02], 10),
+        LANCZOS_ITER_EARLY
+    );
+    assert_eq!(lanczos_budget(&s, &[-3.0, -3.000_002], 10), LANCZOS_ITER);
+    // An early budget above the full one is the full one; an early sweep that cut nothing
+    // short counts as full.
+    let wide = Settings {
+        lanczos_iter_early: 100,
+        ..s.clone()
+    };
+    assert_eq!(lanczos_budget(&wide, &[], 10), LANCZOS_ITER);
+    assert_eq!(cut_short(&s, LANCZOS_ITER_EARLY, 5), 5);
+    assert_eq!(cut_short(&s, LANCZOS_ITER, 5), 0);
+}
+
+#[test]
 fn misuse_is_refused_with_what_was_expected() {
     let rt = Runtime::new(2).unwrap();
     rt.enter(|| {
@@ -379,6 +455,14 @@ fn a_checkpoint_of_another_run_is_refused_with_what_differs() {
             "Lanczos iterations",
             "10",
             "40",
+        );
+        let mut early = settings(4, 2, 0.0);
+        early.lanczos_iter_early = 3;
+        check(
+            resume(model.mpo(), early),
+            "Lanczos iterations of an early sweep",
+            "expected 3",
+            "found 12",
         );
         // Another sector type: an identity MPO of fermions.
         let f = |n: i32| Product(U1(n), FermionParity::new(n % 2 != 0));
