@@ -303,7 +303,9 @@ fn converged(energies: &[f64], cut_short: &[usize], tol: f64) -> bool {
 /// The most Lanczos products a step of the sweep after `energies` (one per sweep done) may
 /// take on a chain of `sites`: `lanczos_iter_early` (at most `lanczos_iter`) while the run
 /// is early, with fewer than two sweeps done or the last one changing the energy by more
-/// than [`EARLY_ENERGY_CHANGE`] per site; `lanczos_iter` after.
+/// than [`EARLY_ENERGY_CHANGE`] per site; `lanczos_iter` after. A function of the
+/// energies alone (not of how many sweeps the run may still take), so that a run resumed
+/// from a checkpoint makes the choices of the uninterrupted one.
 fn lanczos_budget(settings: &Settings, energies: &[f64], sites: usize) -> usize {
     let early = match energies {
         [.., a, b] => (a - b).abs() > EARLY_ENERGY_CHANGE * sites as f64,
@@ -664,16 +666,24 @@ impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
     /// current pair) and splits it by a truncated SVD, moving the orthogonality centre
     /// `toward` one of its sites and building the environment that move needs.
     ///
+    /// Lanczos takes at most [`Settings::lanczos_iter`] products here; a step of
+    /// [`sweep`](Self::sweep) may take fewer (see [`Settings::lanczos_iter_early`]).
+    ///
     /// # Errors
     ///
     /// [`Error::Dmrg`] for a pair away from the centre; the solver's and the factorization's
     /// errors.
     pub fn step(&mut self, i: usize, toward: Toward) -> Result<StepStats> {
+        self.step_within(i, toward, self.settings.lanczos_iter)
+    }
+
+    /// [`step`](Self::step) with Lanczos stopped after at most `budget` products.
+    fn step_within(&mut self, i: usize, toward: Toward, budget: usize) -> Result<StepStats> {
         self.check_pair(i)?;
         // Lanczos runs on the split the effective Hamiltonian reads and writes; the SVD
         // takes the pair split between the sites (one re-split per step).
         let theta = self.c.pair_lanczos.apply(&self.mps[i], &self.mps[i + 1])?;
-        let (tol, iter) = (self.settings.lanczos_tol, self.lanczos_budget());
+        let (tol, iter) = (self.settings.lanczos_tol, budget);
         let ground = {
             let h = self.effective_hamiltonian(i)?;
             lanczos(|x| h.apply(x), &theta, tol, iter)?
@@ -736,7 +746,7 @@ impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
                 self.envs.prefetch(Key::Left(j))?;
                 self.envs.prefetch(Key::Right(j + 2))?;
             }
-            let s = self.step(i, toward)?;
+            let s = self.step_within(i, toward, budget)?;
             let keep: Vec<Key> = upcoming
                 .iter()
                 .flat_map(|&(j, _)| [Key::Left(j), Key::Right(j + 2)])

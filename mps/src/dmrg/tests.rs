@@ -286,6 +286,14 @@ fn early_sweeps_take_fewer_products_and_the_run_ends_on_full_solves() {
             products(&capped_sweeps),
             products(&full_sweeps)
         );
+        // A step called by hand takes the full budget.
+        let s = Settings {
+            lanczos_iter_early: 1,
+            ..settings(64, 20, 1e-11)
+        };
+        let mut by_hand = Dmrg::new(model.mpo(), model.start(6), s).unwrap();
+        let step = by_hand.step(0, Toward::Right).unwrap();
+        assert!(step.matvecs > 1 && step.converged, "{step:?}");
         // A zero budget is refused.
         let s = Settings {
             lanczos_iter_early: 0,
