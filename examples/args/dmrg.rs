@@ -39,8 +39,7 @@ pub(crate) struct Args {
     /// Stop once a sweep changes the energy by less than this (finite, >= 0).
     #[arg(long, value_name = "E", default_value_t = 1e-10, value_parser = non_negative, allow_hyphen_values = true)]
     pub(crate) tol: f64,
-    /// The most Lanczos products per step (1..=1000). A sweep with a step that stopped there
-    /// short of its residual tolerance does not end the run.
+    /// The most Lanczos products per step (1..=1000).
     #[arg(long, value_name = "N", default_value_t = tessera::mps::dmrg::LANCZOS_ITER, value_parser = in_range(1, 1000))]
     pub(crate) lanczos_iter: usize,
     /// The most Lanczos products per step of an early sweep (1..=1000): the first two, and

@@ -28,8 +28,8 @@ use super::environments::edges;
 use super::heff::{Contractions, Tensor, sweep_order};
 use super::lanczos::{KrylovVector, Solved, krylov};
 use super::{
-    Bra, Settings, SweepStats, Toward, check_run, converged, cut_short, lanczos_budget, plan,
-    truncated,
+    Bra, Settings, StepStats, SweepStats, Toward, check_run, converged, cut_short, lanczos_budget,
+    plan, truncated,
 };
 use crate::{Mpo, Mps, Result, graded};
 
@@ -196,15 +196,9 @@ impl<S: AbelianSector> DistDmrg<S> {
         Ok(())
     }
 
-    /// Optimises the pair `(i, i + 1)` and splits it, moving the centre `toward` one of its
-    /// sites: the energy, the discarded weight, the bond dimension, the products used and
-    /// whether Lanczos met its tolerance.
-    fn step(
-        &mut self,
-        i: usize,
-        toward: Toward,
-        budget: usize,
-    ) -> Result<(f64, f64, usize, usize, bool)> {
+    /// Optimises the pair `(i, i + 1)` with at most `budget` Lanczos products and splits it,
+    /// moving the centre `toward` one of its sites.
+    fn step(&mut self, i: usize, toward: Toward, budget: usize) -> Result<StepStats> {
         let c = &self.c;
         let theta = contract(&c.pair, &self.mps[i], &self.mps[i + 1], &PLACEMENT)?;
         let left = self.left[i].as_ref().expect("valid at the centre");
@@ -222,13 +216,12 @@ impl<S: AbelianSector> DistDmrg<S> {
             let t = contract(second, &t, &w, &PLACEMENT)?;
             Ok(contract(last, &t, right, &PLACEMENT)?)
         };
-        let tol = self.settings.lanczos_tol;
         let Solved {
             value: energy,
             vector: ground,
             iterations: matvecs,
             converged,
-        } = krylov(apply, &theta, tol, budget)?;
+        } = krylov(apply, &theta, self.settings.lanczos_tol, budget)?;
         let f = svd(&ground, &Truncation::max_dim(self.settings.chi))?;
         let (discarded, kept) = truncated(f.discarded_weight, f.total_weight);
         let s = f.s.map(|x| x / kept);
@@ -245,7 +238,13 @@ impl<S: AbelianSector> DistDmrg<S> {
                 self.build_right(i + 1)?;
             }
         }
-        Ok((energy, discarded, bond, matvecs, converged))
+        Ok(StepStats {
+            energy,
+            discarded,
+            bond,
+            matvecs,
+            converged,
+        })
     }
 
     /// One sweep, left to right and back, as [`Dmrg::sweep`](super::Dmrg::sweep).
@@ -260,12 +259,12 @@ impl<S: AbelianSector> DistDmrg<S> {
         let mut unconverged = 0;
         let budget = lanczos_budget(&self.settings, &self.energies, self.mps.len());
         for (i, toward) in steps {
-            let (e, discarded, bond, products, solved) = self.step(i, toward, budget)?;
-            energy = e;
-            truncation = truncation.max(discarded);
-            matvecs += products;
-            max_bond = max_bond.max(bond);
-            unconverged += usize::from(!solved);
+            let s = self.step(i, toward, budget)?;
+            energy = s.energy;
+            truncation = truncation.max(s.discarded);
+            matvecs += s.matvecs;
+            max_bond = max_bond.max(s.bond);
+            unconverged += usize::from(!s.converged);
         }
         self.sweeps_done += 1;
         self.energies.push(energy);
