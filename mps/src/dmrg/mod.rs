@@ -156,10 +156,9 @@ pub struct Settings {
     /// chi = 256 takes 3395 products with 40 in every sweep and 2185 with 12 in the early
     /// ones, in the same five sweeps to the same energy (to 1e-14); at chi = 128 the
     /// Hubbard chain takes 8223 and 4180, in five sweeps each (8 in the early sweeps took
-    /// six). A run stops only after
-    /// a sweep whose steps are those of the full budget (one that took `lanczos_iter`, or
-    /// an early one where no step stopped at the cap): the cap trades products for at most
-    /// one more sweep, never for accuracy.
+    /// six). A run stops only after a sweep whose steps are those of the full budget (one
+    /// that took `lanczos_iter`, or an early one where no step stopped at the cap): the cap
+    /// trades products for at most one more sweep, never for accuracy.
     pub lanczos_iter_early: usize,
     /// How the bra is made ([`Bra::Adjoint`] unless demonstrating the alternative).
     pub bra: Bra,
@@ -262,7 +261,7 @@ pub struct StepStats {
     pub bond: usize,
     /// Lanczos products used.
     pub matvecs: usize,
-    /// Whether Lanczos met `lanczos_tol` (else it stopped at `lanczos_iter` products).
+    /// Whether Lanczos met `lanczos_tol` (else it stopped at the step's budget of products).
     pub converged: bool,
 }
 
@@ -683,10 +682,10 @@ impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
         // Lanczos runs on the split the effective Hamiltonian reads and writes; the SVD
         // takes the pair split between the sites (one re-split per step).
         let theta = self.c.pair_lanczos.apply(&self.mps[i], &self.mps[i + 1])?;
-        let (tol, iter) = (self.settings.lanczos_tol, budget);
+        let tol = self.settings.lanczos_tol;
         let ground = {
             let h = self.effective_hamiltonian(i)?;
-            lanczos(|x| h.apply(x), &theta, tol, iter)?
+            lanczos(|x| h.apply(x), &theta, tol, budget)?
         };
         let ground_pair = ground.vector.permute(&[0, 1, 2, 3], 2)?;
         let f = svd(&ground_pair, &Truncation::max_dim(self.settings.chi))?;
@@ -733,7 +732,7 @@ impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
         let next = plan(l, self.sweeps_done + 1);
         let sweep = self.sweeps_done + 1;
         let (mut energy, mut truncation, mut matvecs, mut unconverged) = (f64::NAN, 0.0_f64, 0, 0);
-        let budget = self.lanczos_budget();
+        let budget = lanczos_budget(&self.settings, &self.energies, l);
         for (k, &(i, toward)) in steps.iter().enumerate() {
             // The next two steps (the next sweep's first ones at the end of this one).
             let upcoming: Vec<(usize, Toward)> = steps[k + 1..]
@@ -785,11 +784,6 @@ impl<S: AbelianSector, P: Backend> Dmrg<S, P> {
     /// steps are those of the full Lanczos budget (see [`converged`]).
     fn converged(&self) -> bool {
         converged(&self.energies, &self.cut_short, self.settings.tol)
-    }
-
-    /// The most Lanczos products a step of the next sweep may take (see [`lanczos_budget`]).
-    fn lanczos_budget(&self) -> usize {
-        lanczos_budget(&self.settings, &self.energies, self.len())
     }
 
     /// Sweeps until the energy changes by less than `tol` between sweeps (at least two
